@@ -1,0 +1,243 @@
+// Package sourcetest is the conformance suite every source adapter must pass. An adapter's test
+// provides a Harness bound to a real database (a private server started by internal/testenv)
+// and calls Run.
+package sourcetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
+)
+
+// Event is one outbox row a harness writes. ID is a canonical lower-case uuid.
+type Event struct {
+	ID            string
+	AggregateType string
+	AggregateID   string
+	Type          string
+	Payload       string // a JSON document
+}
+
+// Harness binds the suite to one adapter and one real database. The outbox table has the columns
+// id, aggregatetype, aggregateid, type, payload (Debezium's names); its qualified name is Table.
+//
+// Every write method commits (or rolls back) one database transaction and returns once the
+// database has acknowledged it.
+type Harness struct {
+	// Table is the outbox table's qualified name as the source reports it in Row.Table.
+	Table string
+	// NewSource returns a new, unopened source on the same database and configuration (same
+	// slot / server id), as a restarted outboxd would build it.
+	NewSource func(t *testing.T) source.Source
+	// Insert commits one transaction inserting evs into the outbox, in order.
+	Insert func(t *testing.T, evs ...Event)
+	// InsertRollback inserts evs in a transaction that is rolled back.
+	InsertRollback func(t *testing.T, evs ...Event)
+	// InsertThenDelete inserts ev and deletes it again in the same transaction (Debezium habit).
+	InsertThenDelete func(t *testing.T, ev Event)
+	// UpdateDelete commits one transaction that updates and then deletes the outbox row with id
+	// (which must already exist), and one transaction that inserts into a non-outbox table.
+	UpdateDelete func(t *testing.T, id string)
+	// Equal compares two positions of this source: it reports whether a is before b (-1), equal
+	// (0) or after (1). Used to check monotonicity.
+	Compare func(a, b offsets.Position) int
+}
+
+var seq int
+
+// NewEvent makes a unique event for aggregate agg.
+func NewEvent(agg string) Event {
+	seq++
+	return Event{
+		ID:            fmt.Sprintf("00000000-0000-4000-8000-%012x", seq+int(time.Now().UnixNano()%1e9)*1000),
+		AggregateType: "order",
+		AggregateID:   agg,
+		Type:          "created",
+		Payload:       fmt.Sprintf(`{"n": %d, "agg": "%s"}`, seq, agg),
+	}
+}
+
+// Run runs the conformance suite.
+func Run(t *testing.T, h Harness) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	src := h.NewSource(t)
+	if err := src.Open(ctx, ""); err != nil {
+		t.Fatalf("Open from the beginning: %v", err)
+	}
+	defer func() { src.Close() }()
+
+	var last offsets.Position
+	// next returns the next transaction that has rows, checking position monotonicity on all.
+	next := func(t *testing.T, s source.Source) source.Tx {
+		t.Helper()
+		for {
+			rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+			tx, err := s.Next(rctx)
+			rcancel()
+			if err != nil {
+				t.Fatalf("Next: %v", err)
+			}
+			if last != "" && tx.Position != "" && h.Compare(tx.Position, last) < 0 {
+				t.Fatalf("position went backwards: %s after %s", tx.Position, last)
+			}
+			if tx.Position != "" {
+				last = tx.Position
+			}
+			if len(tx.Rows) > 0 {
+				return tx
+			}
+		}
+	}
+	expect := func(t *testing.T, tx source.Tx, evs ...Event) {
+		t.Helper()
+		if len(tx.Rows) != len(evs) {
+			t.Fatalf("transaction has %d rows, want %d (%+v)", len(tx.Rows), len(evs), tx.Rows)
+		}
+		for i, ev := range evs {
+			checkRow(t, h.Table, tx.Rows[i], ev)
+		}
+		if tx.Position == "" {
+			t.Fatalf("transaction without a position")
+		}
+		if tx.CommitTime.IsZero() || time.Since(tx.CommitTime) > time.Hour || time.Until(tx.CommitTime) > time.Minute {
+			t.Fatalf("implausible commit time %v", tx.CommitTime)
+		}
+	}
+
+	// Ordering, atomicity, rollback, insert-then-delete, other tables, updates and deletes.
+	a1, a2, a3 := NewEvent("a"), NewEvent("a"), NewEvent("b")
+	single := NewEvent("c")
+	rolled := NewEvent("r")
+	itd := NewEvent("d")
+	after := NewEvent("e")
+	h.Insert(t, a1, a2, a3)
+	h.InsertRollback(t, rolled)
+	h.Insert(t, single)
+	h.UpdateDelete(t, single.ID)
+	h.InsertThenDelete(t, itd)
+	h.Insert(t, after)
+
+	t.Run("multi-row transaction whole and in order", func(t *testing.T) { expect(t, next(t, src), a1, a2, a3) })
+	t.Run("rolled back absent, single row next", func(t *testing.T) { expect(t, next(t, src), single) })
+	t.Run("updates, deletes, other tables ignored; insert-then-delete published once", func(t *testing.T) {
+		expect(t, next(t, src), itd)
+	})
+	var stored offsets.Position
+	t.Run("transaction after", func(t *testing.T) {
+		tx := next(t, src)
+		expect(t, tx, after)
+		stored = tx.Position
+		if err := src.Confirm(ctx, stored); err != nil {
+			t.Fatalf("Confirm: %v", err)
+		}
+	})
+
+	// Restart from a stored position: nothing at or before it again, everything after it.
+	b1, b2 := NewEvent("f"), NewEvent("g")
+	h.Insert(t, b1)
+	h.Insert(t, b2)
+	var b1pos offsets.Position
+	t.Run("read past the stored position before restart", func(t *testing.T) {
+		tx := next(t, src)
+		expect(t, tx, b1)
+		b1pos = tx.Position
+		expect(t, next(t, src), b2)
+	})
+	if err := src.Close(); err != nil {
+		t.Logf("Close: %v", err)
+	}
+	t.Run("restart from a stored position", func(t *testing.T) {
+		if stored == "" || b1pos == "" {
+			t.Skip("earlier subtest failed")
+		}
+		s2 := h.NewSource(t)
+		if err := s2.Open(ctx, stored); err != nil {
+			t.Fatalf("Open(%s): %v", stored, err)
+		}
+		defer s2.Close()
+		last = stored
+		expect(t, next(t, s2), b1)
+		expect(t, next(t, s2), b2)
+		if err := s2.Confirm(ctx, b1pos); err != nil {
+			t.Fatalf("Confirm: %v", err)
+		}
+		s2.Close()
+
+		s3 := h.NewSource(t)
+		if err := s3.Open(ctx, b1pos); err != nil {
+			t.Fatalf("Open(%s): %v", b1pos, err)
+		}
+		defer s3.Close()
+		last = b1pos
+		expect(t, next(t, s3), b2)
+		// Nothing else is pending: Next must block until the deadline (idle progress allowed).
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		defer rcancel()
+		for {
+			tx, err := s3.Next(rctx)
+			if err != nil {
+				if !errors.Is(err, context.DeadlineExceeded) && rctx.Err() == nil {
+					t.Fatalf("Next while idle: %v", err)
+				}
+				break
+			}
+			if len(tx.Rows) > 0 {
+				t.Fatalf("unexpected transaction after restart: %+v", tx.Rows)
+			}
+		}
+	})
+}
+
+func checkRow(t *testing.T, table string, r source.Row, ev Event) {
+	t.Helper()
+	if r.Table != table {
+		t.Errorf("row table %q, want %q", r.Table, table)
+	}
+	want := map[string]string{"id": ev.ID, "aggregatetype": ev.AggregateType, "aggregateid": ev.AggregateID, "type": ev.Type}
+	for col, w := range want {
+		v, ok := r.Get(col)
+		if !ok {
+			t.Errorf("row lacks column %q (columns %v)", col, r.Columns)
+			continue
+		}
+		if v.Null || string(v.Bytes) != w {
+			t.Errorf("column %s = %q (null=%v), want %q", col, v.Bytes, v.Null, w)
+		}
+	}
+	p, ok := r.Get("payload")
+	if !ok || p.Null {
+		t.Fatalf("payload missing or NULL")
+	}
+	if !jsonEqualish(p.Bytes, []byte(ev.Payload)) {
+		t.Errorf("payload %q, want the JSON %q", p.Bytes, ev.Payload)
+	}
+}
+
+// jsonEqualish compares JSON texts ignoring insignificant whitespace (PostgreSQL's jsonb and
+// MySQL's binary JSON reformat documents; the key order of these fixtures is already canonical).
+func jsonEqualish(a, b []byte) bool {
+	strip := func(s []byte) []byte {
+		var out []byte
+		inStr := false
+		for i := 0; i < len(s); i++ {
+			c := s[i]
+			if c == '"' && (i == 0 || s[i-1] != '\\') {
+				inStr = !inStr
+			}
+			if !inStr && (c == ' ' || c == '\n' || c == '\t') {
+				continue
+			}
+			out = append(out, c)
+		}
+		return out
+	}
+	return bytes.Equal(strip(a), strip(b))
+}
