@@ -1,0 +1,214 @@
+// Package outbox turns a captured outbox row into a Kafka record, with the defaults of Debezium's
+// Outbox Event Router: topic "outbox.event.${routedByValue}" (routedByValue = the aggregate type),
+// key = aggregate id, value = the payload bytes as stored, header "id" = the event id, plus
+// configured extra header columns.
+//
+// Route is a pure function of its inputs: no I/O, no clock, no shared mutable state. A Router is
+// safe for concurrent use.
+package outbox
+
+import (
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/outboxd/outboxd/sink"
+	"github.com/outboxd/outboxd/source"
+)
+
+// RoutedByValue is the placeholder in Config.Topic replaced by the aggregate type.
+const RoutedByValue = "${routedByValue}"
+
+// Header maps a row column to a record header name.
+type Header struct {
+	Column string
+	Name   string
+}
+
+// Config names the outbox columns and the topic template.
+type Config struct {
+	IDColumn            string
+	AggregateTypeColumn string
+	AggregateIDColumn   string
+	TypeColumn          string
+	PayloadColumn       string
+	Topic               string // may contain ${routedByValue}
+	Headers             []Header
+}
+
+// DefaultConfig returns Debezium's defaults.
+func DefaultConfig() Config {
+	return Config{
+		IDColumn: "id", AggregateTypeColumn: "aggregatetype", AggregateIDColumn: "aggregateid",
+		TypeColumn: "type", PayloadColumn: "payload", Topic: "outbox.event." + RoutedByValue,
+	}
+}
+
+// Error is a permanent transform failure for one row: the row can never become a record, so the
+// pipeline dead-letters it. Reason is a stable snake_case code for the DLQ header and metrics.
+type Error struct {
+	Reason string // missing_column | invalid_topic | invalid_value
+	Column string // the column at fault, when there is one
+	Msg    string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// Router routes rows to records.
+type Router struct {
+	cfg    Config
+	prefix string // topic text before ${routedByValue}
+	suffix string // and after it
+	routed bool
+}
+
+// New validates cfg and returns a Router.
+func New(cfg Config) (*Router, error) {
+	for name, v := range map[string]string{"outbox.columns.id": cfg.IDColumn, "outbox.columns.aggregate_id": cfg.AggregateIDColumn,
+		"outbox.columns.payload": cfg.PayloadColumn, "outbox.topic": cfg.Topic} {
+		if v == "" {
+			return nil, fmt.Errorf("%s must not be empty", name)
+		}
+	}
+	r := &Router{cfg: cfg}
+	if i := strings.Index(cfg.Topic, RoutedByValue); i >= 0 {
+		if strings.Count(cfg.Topic, RoutedByValue) > 1 {
+			return nil, fmt.Errorf("outbox.topic %q: ${routedByValue} may appear once", cfg.Topic)
+		}
+		if cfg.AggregateTypeColumn == "" {
+			return nil, fmt.Errorf("outbox.topic uses ${routedByValue} but outbox.columns.aggregate_type is empty")
+		}
+		r.routed, r.prefix, r.suffix = true, cfg.Topic[:i], cfg.Topic[i+len(RoutedByValue):]
+	} else if err := ValidTopic(cfg.Topic); err != nil {
+		return nil, fmt.Errorf("outbox.topic: %w", err)
+	}
+	return r, nil
+}
+
+// Route builds the record for one row. A *Error means the row can never be delivered.
+func (r *Router) Route(row *source.Row) (sink.Record, error) {
+	var rec sink.Record
+	get := func(col string, required bool) (source.Value, error) {
+		v, ok := row.Get(col)
+		if !ok {
+			return v, &Error{Reason: "missing_column", Column: col,
+				Msg: fmt.Sprintf("table %s has no column %q (check outbox.columns)", row.Table, col)}
+		}
+		if required && v.Null {
+			return v, &Error{Reason: "missing_column", Column: col, Msg: fmt.Sprintf("column %q is NULL", col)}
+		}
+		return v, nil
+	}
+	if r.routed {
+		at, err := get(r.cfg.AggregateTypeColumn, true)
+		if err != nil {
+			return rec, err
+		}
+		rec.Topic = r.prefix + string(at.Bytes) + r.suffix
+	} else {
+		rec.Topic = r.cfg.Topic
+	}
+	if err := ValidTopic(rec.Topic); err != nil {
+		return rec, &Error{Reason: "invalid_topic", Column: r.cfg.AggregateTypeColumn, Msg: err.Error()}
+	}
+	aid, err := get(r.cfg.AggregateIDColumn, true)
+	if err != nil {
+		return rec, err
+	}
+	rec.Key = aid.Bytes
+	id, err := get(r.cfg.IDColumn, true)
+	if err != nil {
+		return rec, err
+	}
+	payload, err := get(r.cfg.PayloadColumn, false)
+	if err != nil {
+		return rec, err
+	}
+	if !payload.Null {
+		rec.Value = payload.Bytes
+		if rec.Value == nil {
+			rec.Value = []byte{}
+		}
+	}
+	rec.Headers = make([]sink.Header, 0, 1+len(r.cfg.Headers))
+	rec.Headers = append(rec.Headers, sink.Header{Key: "id", Value: canonicalID(id.Bytes)})
+	for _, h := range r.cfg.Headers {
+		v, err := get(h.Column, false)
+		if err != nil {
+			return rec, err
+		}
+		if !v.Null {
+			rec.Headers = append(rec.Headers, sink.Header{Key: h.Name, Value: v.Bytes})
+		}
+	}
+	return rec, nil
+}
+
+// canonicalID renders an event id as canonical lower-case uuid text when it is one (16 raw bytes,
+// 32 hex digits, or 36-character uuid text in any case); any other id is passed through as is.
+func canonicalID(b []byte) []byte {
+	var raw [16]byte
+	switch len(b) {
+	case 16:
+		copy(raw[:], b)
+	case 32:
+		if _, err := hex.Decode(raw[:], b); err != nil {
+			return b
+		}
+	case 36:
+		if b[8] != '-' || b[13] != '-' || b[18] != '-' || b[23] != '-' {
+			return b
+		}
+		lower := true
+		for _, c := range b {
+			if c >= 'A' && c <= 'F' {
+				lower = false
+			}
+		}
+		if lower {
+			return b // the common case: already canonical, no allocation
+		}
+		var h [32]byte
+		copy(h[:], b[0:8])
+		copy(h[8:], b[9:13])
+		copy(h[12:], b[14:18])
+		copy(h[16:], b[19:23])
+		copy(h[20:], b[24:36])
+		if _, err := hex.Decode(raw[:], h[:]); err != nil {
+			return b
+		}
+	default:
+		return b
+	}
+	out := make([]byte, 36)
+	hex.Encode(out[0:8], raw[0:4])
+	out[8] = '-'
+	hex.Encode(out[9:13], raw[4:6])
+	out[13] = '-'
+	hex.Encode(out[14:18], raw[6:8])
+	out[18] = '-'
+	hex.Encode(out[19:23], raw[8:10])
+	out[23] = '-'
+	hex.Encode(out[24:], raw[10:])
+	return out
+}
+
+// ValidTopic checks a Kafka topic name: 1..249 characters of [a-zA-Z0-9._-], not "." or "..".
+func ValidTopic(name string) error {
+	if name == "" {
+		return fmt.Errorf("topic name is empty")
+	}
+	if len(name) > 249 {
+		return fmt.Errorf("topic name is %d characters long, Kafka allows at most 249", len(name))
+	}
+	if name == "." || name == ".." {
+		return fmt.Errorf("topic name %q is not allowed", name)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("topic name %q has the illegal character %q (Kafka allows [a-zA-Z0-9._-])", name, c)
+		}
+	}
+	return nil
+}
