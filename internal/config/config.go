@@ -1,0 +1,316 @@
+// Package config loads outboxd's YAML configuration: ${ENV} expansion, unknown keys rejected,
+// defaults applied, every value validated with an error that names its key.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the whole configuration file. Field tags are the YAML keys of the contract
+// (../shared/spec/interface.md); README's configuration reference is checked against them.
+type Config struct {
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	Source          Source        `yaml:"source"`
+	Outbox          Outbox        `yaml:"outbox"`
+	Kafka           Kafka         `yaml:"kafka"`
+	Offsets         Offsets       `yaml:"offsets"`
+	HTTP            HTTP          `yaml:"http"`
+	Log             Log           `yaml:"log"`
+}
+
+type Source struct {
+	Type     string   `yaml:"type"`
+	DSN      string   `yaml:"dsn"`
+	Tables   []string `yaml:"tables"`
+	Postgres Postgres `yaml:"postgres"`
+	MySQL    MySQL    `yaml:"mysql"`
+}
+
+type Postgres struct {
+	Slot              string        `yaml:"slot"`
+	Publication       string        `yaml:"publication"`
+	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
+	StatusInterval    time.Duration `yaml:"status_interval"`
+}
+
+type MySQL struct {
+	ServerID uint32 `yaml:"server_id"`
+}
+
+type Outbox struct {
+	Columns Columns `yaml:"columns"`
+	Topic   string  `yaml:"topic"`
+	Headers Headers `yaml:"headers"`
+}
+
+type Columns struct {
+	ID            string `yaml:"id"`
+	AggregateType string `yaml:"aggregate_type"`
+	AggregateID   string `yaml:"aggregate_id"`
+	Type          string `yaml:"type"`
+	Payload       string `yaml:"payload"`
+}
+
+// Header maps a column to a record header name.
+type Header struct{ Column, Name string }
+
+// Headers is an ordered column → header-name map (YAML mapping order is kept).
+type Headers []Header
+
+// UnmarshalYAML keeps the mapping's order.
+func (h *Headers) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: must be a mapping of column: header-name", n.Line)
+	}
+	*h = nil
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		*h = append(*h, Header{Column: n.Content[i].Value, Name: n.Content[i+1].Value})
+	}
+	return nil
+}
+
+type Kafka struct {
+	Brokers     []string      `yaml:"brokers"`
+	ClientID    string        `yaml:"client_id"`
+	Delivery    string        `yaml:"delivery"`
+	Compression string        `yaml:"compression"`
+	DLQTopic    string        `yaml:"dlq_topic"`
+	MaxInflight int           `yaml:"max_inflight"`
+	Linger      time.Duration `yaml:"linger"`
+	TLS         *TLS          `yaml:"tls"`
+	SASL        *SASL         `yaml:"sasl"`
+}
+
+type TLS struct {
+	CAFile             string `yaml:"ca_file"`
+	CertFile           string `yaml:"cert_file"`
+	KeyFile            string `yaml:"key_file"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
+}
+
+type SASL struct {
+	Mechanism string `yaml:"mechanism"`
+	Username  string `yaml:"username"`
+	Password  string `yaml:"password"`
+}
+
+type Offsets struct {
+	Store          string        `yaml:"store"`
+	Path           string        `yaml:"path"`
+	Topic          string        `yaml:"topic"`
+	CommitInterval time.Duration `yaml:"commit_interval"`
+}
+
+type HTTP struct {
+	Listen string `yaml:"listen"`
+}
+
+type Log struct {
+	Level  string `yaml:"level"`
+	Format string `yaml:"format"`
+}
+
+// Error is a configuration error; Key is the dotted key at fault ("kafka.brokers").
+type Error struct {
+	Key string
+	Msg string
+}
+
+func (e *Error) Error() string {
+	if e.Key == "" {
+		return "config: " + e.Msg
+	}
+	return fmt.Sprintf("config: %s: %s", e.Key, e.Msg)
+}
+
+// IsConfigError reports whether err is a configuration error (exit status 2).
+func IsConfigError(err error) bool {
+	var e *Error
+	return errors.As(err, &e)
+}
+
+// Load reads, expands, decodes, defaults and validates the file at path.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &Error{Msg: fmt.Sprintf("read config file: %v", err)}
+	}
+	return Parse(b, os.LookupEnv)
+}
+
+// Parse is Load on bytes, with lookup for environment variables.
+func Parse(b []byte, lookup func(string) (string, bool)) (*Config, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(b, &root); err != nil {
+		return nil, &Error{Msg: fmt.Sprintf("not valid YAML: %v", err)}
+	}
+	if err := expandNode(&root, "", lookup); err != nil {
+		return nil, err
+	}
+	expanded, err := yaml.Marshal(&root)
+	if err != nil {
+		return nil, &Error{Msg: err.Error()}
+	}
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(expanded))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		msg := strings.TrimPrefix(err.Error(), "yaml: ")
+		if i := strings.Index(msg, "line "); i >= 0 { // the line is of the expanded document: drop it
+			if j := strings.Index(msg[i:], ": "); j >= 0 {
+				msg = strings.TrimSpace(strings.TrimPrefix(msg[:i]+msg[i+j+2:], "unmarshal errors:\n"))
+			}
+		}
+		if strings.Contains(msg, " not found in type ") {
+			msg = "unknown key (check spelling; see the configuration reference in README.md)"
+		}
+		return nil, &Error{Key: keyAtLine(expanded, err.Error()), Msg: msg}
+	}
+	c.applyDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// keyAtLine finds the dotted key whose key or value sits on line of the (re-marshalled) YAML doc,
+// so that decode errors ("line 7: field acks not found", "cannot unmarshal ... into
+// time.Duration") name the key rather than a line of a document the user never saw.
+func keyAtLine(doc []byte, msg string) string {
+	var line int
+	if i := strings.Index(msg, "line "); i >= 0 {
+		fmt.Sscanf(msg[i:], "line %d", &line)
+	}
+	if line == 0 {
+		return ""
+	}
+	var root yaml.Node
+	if yaml.Unmarshal(doc, &root) != nil {
+		return ""
+	}
+	var find func(n *yaml.Node, path string) string
+	find = func(n *yaml.Node, path string) string {
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				if k := find(c, path); k != "" {
+					return k
+				}
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				if k := find(c, fmt.Sprintf("%s[%d]", path, i)); k != "" {
+					return k
+				}
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				p := n.Content[i].Value
+				if path != "" {
+					p = path + "." + p
+				}
+				if k := find(n.Content[i+1], p); k != "" {
+					return k
+				}
+				if n.Content[i].Line == line {
+					return p
+				}
+			}
+		case yaml.ScalarNode:
+			if n.Line == line {
+				return path
+			}
+		}
+		return ""
+	}
+	return find(&root, "")
+}
+
+// expandNode replaces ${NAME} in every scalar value with the environment variable NAME, keeps
+// ${routedByValue}, and turns $$ into $. Mapping keys are not expanded.
+func expandNode(n *yaml.Node, path string, lookup func(string) (string, bool)) error {
+	n.Style &^= yaml.FlowStyle // block style: one key per line, so decode errors map to one key
+	switch n.Kind {
+	case yaml.DocumentNode, yaml.SequenceNode:
+		for i, c := range n.Content {
+			p := path
+			if n.Kind == yaml.SequenceNode {
+				p = fmt.Sprintf("%s[%d]", path, i)
+			}
+			if err := expandNode(c, p, lookup); err != nil {
+				return err
+			}
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			p := n.Content[i].Value
+			if path != "" {
+				p = path + "." + p
+			}
+			if err := expandNode(n.Content[i+1], p, lookup); err != nil {
+				return err
+			}
+		}
+	case yaml.ScalarNode:
+		if !strings.Contains(n.Value, "$") {
+			return nil
+		}
+		v, err := Expand(n.Value, lookup)
+		if err != nil {
+			return &Error{Key: path, Msg: err.Error()}
+		}
+		n.Value = v
+		if n.Tag == "!!str" || n.Style != 0 {
+			break
+		}
+		n.Style = yaml.DoubleQuotedStyle // an expanded value stays a string (e.g. a numeric password)
+	}
+	return nil
+}
+
+// Expand performs the ${NAME} / $$ substitution on one value.
+func Expand(s string, lookup func(string) (string, bool)) (string, error) {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+1 < len(s) && s[i+1] == '$' {
+			b.WriteByte('$')
+			i++
+			continue
+		}
+		if i+1 < len(s) && s[i+1] == '{' {
+			end := strings.IndexByte(s[i:], '}')
+			if end < 0 {
+				return "", fmt.Errorf("unterminated ${ in %q", s)
+			}
+			name := s[i+2 : i+end]
+			if name == "routedByValue" {
+				b.WriteString("${routedByValue}")
+			} else {
+				if name == "" {
+					return "", fmt.Errorf("empty ${} in value")
+				}
+				v, ok := lookup(name)
+				if !ok {
+					return "", fmt.Errorf("environment variable %s is not set (write $$ for a literal $)", name)
+				}
+				b.WriteString(v)
+			}
+			i += end
+			continue
+		}
+		b.WriteByte('$')
+	}
+	return b.String(), nil
+}

@@ -1,0 +1,138 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+const full = `
+shutdown_timeout: 10s
+source:
+  type: postgres
+  dsn: postgres://outboxd:${PGPASSWORD}@127.0.0.1:5432/app?sslmode=disable
+  tables: [public.outbox]
+  postgres:
+    slot: outboxd
+    publication: outboxd
+    heartbeat_interval: 30s
+outbox:
+  columns:
+    id: id
+    aggregate_type: aggregatetype
+    aggregate_id: aggregateid
+    type: type
+    payload: payload
+  topic: outbox.event.${routedByValue}
+  headers:
+    type: eventType
+    tenant: tenantId
+kafka:
+  brokers: [127.0.0.1:9092]
+  client_id: outboxd
+  delivery: at_least_once
+  compression: lz4
+  dlq_topic: outboxd.dlq
+offsets:
+  store: file
+  path: /tmp/x/offsets.json
+  topic: outboxd.offsets
+http:
+  listen: 127.0.0.1:9464
+`
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestParseFull(t *testing.T) {
+	c, err := Parse([]byte(full), env(map[string]string{"PGPASSWORD": "s3cr$t"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Source.DSN != "postgres://outboxd:s3cr$t@127.0.0.1:5432/app?sslmode=disable" {
+		t.Errorf("dsn %q", c.Source.DSN)
+	}
+	if c.Outbox.Topic != "outbox.event.${routedByValue}" {
+		t.Errorf("routedByValue must stay: %q", c.Outbox.Topic)
+	}
+	if len(c.Outbox.Headers) != 2 || c.Outbox.Headers[0] != (Header{"type", "eventType"}) || c.Outbox.Headers[1] != (Header{"tenant", "tenantId"}) {
+		t.Errorf("headers %+v", c.Outbox.Headers)
+	}
+	if c.ShutdownTimeout != 10*time.Second || c.Source.Postgres.HeartbeatInterval != 30*time.Second {
+		t.Errorf("durations %v %v", c.ShutdownTimeout, c.Source.Postgres.HeartbeatInterval)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := Parse([]byte("source: {type: postgres, dsn: 'postgres://x@h/db', tables: [public.outbox]}\nkafka: {brokers: ['k:9092']}\n"), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ShutdownTimeout != 30*time.Second || c.Source.Postgres.Slot != "outboxd" || c.Source.Postgres.Publication != "outboxd" ||
+		c.Outbox.Topic != "outbox.event.${routedByValue}" || c.Outbox.Columns.AggregateID != "aggregateid" ||
+		c.Kafka.Delivery != "at_least_once" || c.Kafka.Compression != "lz4" || c.Kafka.DLQTopic != "outboxd.dlq" ||
+		c.Offsets.Store != "file" || c.Offsets.Path != "/var/lib/outboxd/offsets.json" || c.Offsets.Topic != "outboxd.offsets" ||
+		c.Kafka.ClientID != "outboxd" || c.Source.MySQL.ServerID != 4242 {
+		t.Errorf("defaults wrong: %+v", c)
+	}
+	c, err = Parse([]byte("source: {type: postgres, dsn: 'postgres://x@h/db', tables: [public.outbox]}\nkafka: {brokers: ['k:9092'], delivery: exactly_once}\n"), env(nil))
+	if err != nil || c.Offsets.Store != "kafka" {
+		t.Errorf("exactly_once must default offsets.store to kafka: %v %+v", err, c)
+	}
+}
+
+func TestExpand(t *testing.T) {
+	for in, want := range map[string]string{"a${X}b": "a1b", "$$": "$", "$${X}": "${X}", "${routedByValue}": "${routedByValue}",
+		"a$b": "a$b", "${X}${X}": "11"} {
+		got, err := Expand(in, env(map[string]string{"X": "1"}))
+		if err != nil || got != want {
+			t.Errorf("Expand(%q) = %q %v, want %q", in, got, err, want)
+		}
+	}
+	if _, err := Expand("${NOPE}", env(nil)); err == nil || !strings.Contains(err.Error(), "NOPE") {
+		t.Errorf("unset variable: %v", err)
+	}
+}
+
+func TestErrorsNameTheKey(t *testing.T) {
+	base := "source: {type: postgres, dsn: 'postgres://x@h/db', tables: [public.outbox]}\nkafka: {brokers: ['k:9092']}\n"
+	cases := []struct{ yaml, key string }{
+		{"source: {type: oracle, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092']}", "source.type"},
+		{"source: {type: postgres, tables: [a.b]}\nkafka: {brokers: ['k:9092']}", "source.dsn"},
+		{"source: {type: postgres, dsn: x, tables: [outbox]}\nkafka: {brokers: ['k:9092']}", "source.tables[0]"},
+		{"source: {type: postgres, dsn: x, tables: [a.b]}\n", "kafka.brokers"},
+		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['nope']}", "kafka.brokers[0]"},
+		{base + "kafka2: {}", "kafka2"},
+		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092'], acks: 1}", "kafka.acks"},
+		{"source: {type: postgres, dsn: x, tables: [a.b], postgres: {slott: a}}\nkafka: {brokers: ['k:9092']}", "source.postgres.slott"},
+		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092'], compression: brotli}", "kafka.compression"},
+		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092'], delivery: maybe}", "kafka.delivery"},
+		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092'], delivery: exactly_once}\noffsets: {store: file}", "offsets.store"},
+		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092'], dlq_topic: 'bad topic'}", "kafka.dlq_topic"},
+		{"source: {type: postgres, dsn: 'postgres://u:${MISSING}@h/db', tables: [a.b]}\nkafka: {brokers: ['k:9092']}", "source.dsn"},
+		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092']}\nshutdown_timeout: forever", "shutdown_timeout"},
+		{"source: {type: postgres, dsn: x, tables: [a.b], postgres: {slot: Bad-Slot}}\nkafka: {brokers: ['k:9092']}", "source.postgres.slot"},
+		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092']}\nhttp: {listen: nohost}", "http.listen"},
+		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092'], sasl: {mechanism: GSSAPI}}", "kafka.sasl.mechanism"},
+		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092']}\noutbox: {topic: 'a b'}", "outbox"},
+		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092']}\nlog: {level: loud}", "log.level"},
+	}
+	for _, c := range cases {
+		_, err := Parse([]byte(c.yaml), env(nil))
+		if err == nil {
+			t.Errorf("accepted:\n%s", c.yaml)
+			continue
+		}
+		if !IsConfigError(err) || !strings.Contains(err.Error(), c.key) {
+			t.Errorf("error %q does not name %s", err, c.key)
+		}
+	}
+}
+
+func TestSecretNotInErrors(t *testing.T) {
+	_, err := Parse([]byte("source: {type: oracle, dsn: 'postgres://u:hunter2@h/db', tables: [a.b]}\nkafka: {brokers: ['k:9092']}"), env(nil))
+	if err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("err %v", err)
+	}
+}

@@ -1,0 +1,183 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/outboxd/outboxd/transform/outbox"
+)
+
+func (c *Config) applyDefaults() {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+	def(&c.Source.Postgres.Slot, "outboxd")
+	def(&c.Source.Postgres.Publication, "outboxd")
+	if c.Source.Postgres.StatusInterval == 0 {
+		c.Source.Postgres.StatusInterval = 10 * time.Second
+	}
+	if c.Source.MySQL.ServerID == 0 {
+		c.Source.MySQL.ServerID = 4242
+	}
+	col := &c.Outbox.Columns
+	def(&col.ID, "id")
+	def(&col.AggregateType, "aggregatetype")
+	def(&col.AggregateID, "aggregateid")
+	def(&col.Type, "type")
+	def(&col.Payload, "payload")
+	def(&c.Outbox.Topic, "outbox.event.${routedByValue}")
+	def(&c.Kafka.ClientID, "outboxd")
+	def(&c.Kafka.Delivery, "at_least_once")
+	def(&c.Kafka.Compression, "lz4")
+	def(&c.Kafka.DLQTopic, "outboxd.dlq")
+	if c.Kafka.MaxInflight == 0 {
+		c.Kafka.MaxInflight = 10000
+	}
+	if c.Kafka.Linger == 0 {
+		c.Kafka.Linger = 5 * time.Millisecond
+	}
+	if c.Offsets.Store == "" {
+		c.Offsets.Store = "file"
+		if c.Kafka.Delivery == "exactly_once" {
+			c.Offsets.Store = "kafka"
+		}
+	}
+	def(&c.Offsets.Path, "/var/lib/outboxd/offsets.json")
+	def(&c.Offsets.Topic, "outboxd.offsets")
+	if c.Offsets.CommitInterval == 0 {
+		c.Offsets.CommitInterval = 100 * time.Millisecond
+	}
+	def(&c.Log.Level, "info")
+	def(&c.Log.Format, "text")
+}
+
+func oneOf(key, v string, allowed ...string) error {
+	for _, a := range allowed {
+		if v == a {
+			return nil
+		}
+	}
+	return &Error{Key: key, Msg: fmt.Sprintf("%q is not one of %s", v, strings.Join(allowed, " | "))}
+}
+
+// Validate checks every value; the first problem is returned as an *Error naming its key.
+func (c *Config) Validate() error {
+	if c.ShutdownTimeout < 0 {
+		return &Error{Key: "shutdown_timeout", Msg: "must be positive"}
+	}
+	if err := oneOf("source.type", c.Source.Type, "postgres", "mysql"); err != nil {
+		return err
+	}
+	if c.Source.DSN == "" {
+		return &Error{Key: "source.dsn", Msg: "is required"}
+	}
+	if len(c.Source.Tables) == 0 {
+		return &Error{Key: "source.tables", Msg: "list at least one outbox table (schema.table or db.table)"}
+	}
+	for i, t := range c.Source.Tables {
+		parts := strings.Split(t, ".")
+		if len(parts) != 2 || parts[0] == "" || parts[1] == "" {
+			return &Error{Key: fmt.Sprintf("source.tables[%d]", i), Msg: fmt.Sprintf("%q must be qualified: schema.table (postgres) or db.table (mysql)", t)}
+		}
+	}
+	switch c.Source.Type {
+	case "postgres":
+		if _, err := url.Parse(c.Source.DSN); err != nil && strings.Contains(c.Source.DSN, "://") {
+			return &Error{Key: "source.dsn", Msg: "not a valid PostgreSQL URL"}
+		}
+		if c.Source.Postgres.HeartbeatInterval < 0 {
+			return &Error{Key: "source.postgres.heartbeat_interval", Msg: "must be 0 (off) or positive"}
+		}
+		if c.Source.Postgres.StatusInterval < 0 {
+			return &Error{Key: "source.postgres.status_interval", Msg: "must be positive"}
+		}
+		if !validIdent(c.Source.Postgres.Slot) {
+			return &Error{Key: "source.postgres.slot", Msg: fmt.Sprintf("%q: slot names use lower-case letters, digits and _ only", c.Source.Postgres.Slot)}
+		}
+	}
+	oc := outbox.Config{IDColumn: c.Outbox.Columns.ID, AggregateTypeColumn: c.Outbox.Columns.AggregateType,
+		AggregateIDColumn: c.Outbox.Columns.AggregateID, TypeColumn: c.Outbox.Columns.Type,
+		PayloadColumn: c.Outbox.Columns.Payload, Topic: c.Outbox.Topic}
+	if _, err := outbox.New(oc); err != nil {
+		return &Error{Key: "outbox", Msg: err.Error()}
+	}
+	for _, h := range c.Outbox.Headers {
+		if h.Name == "" || h.Name == "id" || strings.HasPrefix(h.Name, "outboxd.") {
+			return &Error{Key: "outbox.headers." + h.Column, Msg: fmt.Sprintf("header name %q is empty or reserved (id, outboxd.*)", h.Name)}
+		}
+	}
+	if len(c.Kafka.Brokers) == 0 {
+		return &Error{Key: "kafka.brokers", Msg: "list at least one broker host:port"}
+	}
+	for i, b := range c.Kafka.Brokers {
+		if _, _, err := net.SplitHostPort(b); err != nil {
+			return &Error{Key: fmt.Sprintf("kafka.brokers[%d]", i), Msg: fmt.Sprintf("%q is not host:port", b)}
+		}
+	}
+	if err := oneOf("kafka.delivery", c.Kafka.Delivery, "at_least_once", "exactly_once"); err != nil {
+		return err
+	}
+	if err := oneOf("kafka.compression", c.Kafka.Compression, "none", "gzip", "snappy", "lz4", "zstd"); err != nil {
+		return err
+	}
+	if err := outbox.ValidTopic(c.Kafka.DLQTopic); err != nil {
+		return &Error{Key: "kafka.dlq_topic", Msg: err.Error()}
+	}
+	if c.Kafka.MaxInflight < 1 {
+		return &Error{Key: "kafka.max_inflight", Msg: "must be at least 1"}
+	}
+	if c.Kafka.Linger < 0 {
+		return &Error{Key: "kafka.linger", Msg: "must not be negative"}
+	}
+	if s := c.Kafka.SASL; s != nil {
+		if err := oneOf("kafka.sasl.mechanism", s.Mechanism, "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"); err != nil {
+			return err
+		}
+		if s.Username == "" {
+			return &Error{Key: "kafka.sasl.username", Msg: "is required with kafka.sasl"}
+		}
+	}
+	if err := oneOf("offsets.store", c.Offsets.Store, "file", "kafka"); err != nil {
+		return err
+	}
+	if c.Kafka.Delivery == "exactly_once" && c.Offsets.Store != "kafka" {
+		return &Error{Key: "offsets.store", Msg: "kafka.delivery exactly_once needs offsets.store: kafka (the position travels in the Kafka transaction)"}
+	}
+	if c.Offsets.Store == "kafka" {
+		if err := outbox.ValidTopic(c.Offsets.Topic); err != nil {
+			return &Error{Key: "offsets.topic", Msg: err.Error()}
+		}
+	}
+	if c.Offsets.CommitInterval < 0 {
+		return &Error{Key: "offsets.commit_interval", Msg: "must be positive"}
+	}
+	if c.HTTP.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
+			return &Error{Key: "http.listen", Msg: fmt.Sprintf("%q is not host:port (empty disables)", c.HTTP.Listen)}
+		}
+	}
+	if err := oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error"); err != nil {
+		return err
+	}
+	return oneOf("log.format", c.Log.Format, "text", "json")
+}
+
+func validIdent(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
