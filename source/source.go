@@ -4,6 +4,7 @@ package source
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/outboxd/outboxd/offsets"
@@ -74,3 +75,7 @@ type Source interface {
 	Confirm(ctx context.Context, p offsets.Position) error
 	Close() error
 }
+
+// ErrPositionLost marks errors where the stored position can no longer be served (slot dropped
+// or lost, binlog purged). The pipeline never retries such an error: it exits loudly.
+var ErrPositionLost = errors.New("stored position can no longer be served by the source")

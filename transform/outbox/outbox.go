@@ -212,3 +212,6 @@ func ValidTopic(name string) error {
 	}
 	return nil
 }
+
+// ReasonCode returns the stable snake_case reason used in DLQ headers and metrics.
+func (e *Error) ReasonCode() string { return e.Reason }

@@ -1,0 +1,57 @@
+package pipeline
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/sink"
+	"github.com/outboxd/outboxd/source"
+)
+
+// DLQ header names (../shared/spec/interface.md, "Dead-letter records").
+const (
+	HeaderReason         = "outboxd.error.reason"
+	HeaderMessage        = "outboxd.error.message"
+	HeaderStage          = "outboxd.error.stage"
+	HeaderOriginalTopic  = "outboxd.original.topic"
+	HeaderSourceTable    = "outboxd.source.table"
+	HeaderSourcePosition = "outboxd.source.position"
+	HeaderErrorTime      = "outboxd.error.time"
+)
+
+// DeadLetter builds the dead-letter record for a record that can never be delivered. rec is the
+// record as far as it could be built; when it has no key and no value (the transform failed),
+// the value is the row as a JSON object of column name to text value (null for NULL). The topic
+// is left to the caller (kafka.dlq_topic).
+func DeadLetter(rec sink.Record, row *source.Row, stage, reason, msg string, pos offsets.Position, now time.Time) sink.Record {
+	out := sink.Record{Key: rec.Key, Value: rec.Value}
+	if stage == "transform" && row != nil {
+		obj := make(map[string]*string, len(row.Columns))
+		for i, c := range row.Columns {
+			if row.Values[i].Null {
+				obj[c] = nil
+			} else {
+				s := string(row.Values[i].Bytes)
+				obj[c] = &s
+			}
+		}
+		out.Value, _ = json.Marshal(obj)
+	}
+	out.Headers = make([]sink.Header, 0, len(rec.Headers)+7)
+	out.Headers = append(out.Headers, rec.Headers...)
+	table := ""
+	if row != nil {
+		table = row.Table
+	}
+	out.Headers = append(out.Headers,
+		sink.Header{Key: HeaderReason, Value: []byte(reason)},
+		sink.Header{Key: HeaderMessage, Value: []byte(msg)},
+		sink.Header{Key: HeaderStage, Value: []byte(stage)},
+		sink.Header{Key: HeaderOriginalTopic, Value: []byte(rec.Topic)},
+		sink.Header{Key: HeaderSourceTable, Value: []byte(table)},
+		sink.Header{Key: HeaderSourcePosition, Value: []byte(pos)},
+		sink.Header{Key: HeaderErrorTime, Value: []byte(now.UTC().Format(time.RFC3339))},
+	)
+	return out
+}

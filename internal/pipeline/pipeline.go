@@ -1,0 +1,426 @@
+// Package pipeline is the one loop that wires a source, the outbox transform, a Kafka producer
+// and the offsets tracker and store:
+//
+//	source.Next ──txCh (cap TxBuffer)──▶ loop: route rows, Track, Produce ──▶ producer
+//	                                      ▲                                     │ done(err)
+//	                                      └──────── outcomes (never blocks) ◀────┘
+//	loop, every CommitInterval: tracker.Commit → Store.Save → Source.Confirm
+//
+// Backpressure: the tracker caps unresolved records (MaxInflight) and uncommitted transactions
+// (MaxTxs). While it is full the loop stops taking transactions, the reader goroutine blocks on
+// txCh, and the source stops reading, so TCP flow control pushes back to the database.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/sink"
+	"github.com/outboxd/outboxd/source"
+)
+
+// Producer delivers records.
+//
+// Produce queues one record and may block while the producer's own in-flight cap is reached; it
+// returns an error if ctx ends or the producer is closed. done is called exactly once per queued
+// record from the producer's goroutine, with nil once Kafka acked it, or the final error; done
+// never blocks and never calls Produce. Close waits for every outstanding done.
+type Producer interface {
+	Produce(ctx context.Context, rec *sink.Record, done func(error)) error
+	Close() error
+}
+
+// Options configure Run. Zero values get the defaults noted.
+type Options struct {
+	NewSource func() source.Source // a new, unopened source (called again after a source error)
+	Producer  Producer
+	Route     func(*source.Row) (sink.Record, error)      // the outbox transform
+	Classify  func(error) (permanent bool, reason string) // Kafka error → permanent (DLQ) or transient
+	Store     offsets.Store
+	DLQTopic  string
+
+	MaxInflight     int           // unresolved records (default 10000)
+	MaxTxs          int           // uncommitted transactions (default 4*MaxInflight)
+	TxBuffer        int           // transactions read ahead of the loop (default 64)
+	CommitInterval  time.Duration // how often the acked prefix is stored (default 100ms)
+	ShutdownTimeout time.Duration // how long a stop waits for in-flight acks (default 30s)
+	Log             *slog.Logger
+	Metrics         Metrics
+	// OnCommit, when set, is called after each successful Save+Confirm (tests, metrics).
+	OnCommit func(offsets.Position)
+}
+
+// Metrics receives pipeline events; every method must be cheap and non-blocking.
+type Metrics interface {
+	EventsRead(n int)
+	Produced(topic string, commitTime time.Time)
+	DeadLettered(reason string)
+	Inflight(n int)
+	Committed(p offsets.Position)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) EventsRead(int)             {}
+func (noMetrics) Produced(string, time.Time) {}
+func (noMetrics) DeadLettered(string)        {}
+func (noMetrics) Inflight(int)               {}
+func (noMetrics) Committed(offsets.Position) {}
+
+// ErrShutdownTimeout is returned when a stop could not drain in-flight records in time.
+var ErrShutdownTimeout = errors.New("shutdown_timeout passed with records still unacked")
+
+// inflight is one record on its way to Kafka (or to the DLQ).
+type inflight struct {
+	seq        offsets.Seq
+	rec        sink.Record
+	row        *source.Row
+	pos        offsets.Position
+	commitTime time.Time
+	dlq        bool  // this is the dead-letter write for rec
+	err        error // outcome
+}
+
+type runner struct {
+	o       Options
+	log     *slog.Logger
+	tracker *offsets.Tracker
+	src     source.Source
+	stored  offsets.Position
+
+	mu       sync.Mutex
+	outcomes []*inflight
+	wake     chan struct{}
+}
+
+func (o *Options) defaults() {
+	if o.MaxInflight <= 0 {
+		o.MaxInflight = 10000
+	}
+	if o.MaxTxs <= 0 {
+		o.MaxTxs = 4 * o.MaxInflight
+	}
+	if o.TxBuffer <= 0 {
+		o.TxBuffer = 64
+	}
+	if o.CommitInterval <= 0 {
+		o.CommitInterval = 100 * time.Millisecond
+	}
+	if o.ShutdownTimeout <= 0 {
+		o.ShutdownTimeout = 30 * time.Second
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.Metrics == nil {
+		o.Metrics = noMetrics{}
+	}
+}
+
+// Run runs the pipeline until ctx is cancelled (a graceful stop: stop reading, wait for in-flight
+// acks up to ShutdownTimeout, store the acked prefix, return nil) or a fatal error (returned; the
+// stored position never passes an unresolved record). Source errors after a successful start are
+// retried: the loop drains what is in flight, stores it, and reopens the source from there.
+// Errors wrapping source.ErrPositionLost are never retried.
+func Run(ctx context.Context, o Options) error {
+	o.defaults()
+	r := &runner{o: o, log: o.Log, tracker: offsets.NewTracker(o.MaxInflight, o.MaxTxs), wake: make(chan struct{}, 1)}
+	defer o.Producer.Close()
+	var err error
+	if r.stored, err = o.Store.Load(ctx); err != nil {
+		return fmt.Errorf("load stored position: %w", err)
+	}
+	if r.stored == "" {
+		r.log.Info("no stored position: starting from the source's beginning")
+	} else {
+		r.log.Info("resuming from stored position", "position", string(r.stored))
+	}
+	backoff := newBackoff(500*time.Millisecond, 30*time.Second)
+	first := true
+	for {
+		r.src = o.NewSource()
+		if err := r.src.Open(ctx, r.stored); err != nil {
+			r.src.Close()
+			if ctx.Err() != nil {
+				return nil
+			}
+			if first || errors.Is(err, source.ErrPositionLost) {
+				return fmt.Errorf("open source at position %q: %w", r.stored, err)
+			}
+			d := backoff.next()
+			r.log.Warn("source unavailable, retrying", "err", err, "in", d)
+			if !sleep(ctx, d) {
+				return nil
+			}
+			continue
+		}
+		first = false
+		srcErr, err := r.stream(ctx)
+		r.src.Close()
+		if err != nil {
+			return err
+		}
+		if srcErr == nil { // graceful stop
+			return nil
+		}
+		if errors.Is(srcErr, source.ErrPositionLost) {
+			return srcErr
+		}
+		d := backoff.next()
+		r.log.Warn("source failed; in-flight records drained and stored, reconnecting", "err", srcErr, "in", d, "position", string(r.stored))
+		if !sleep(ctx, d) {
+			return nil
+		}
+	}
+}
+
+// stream runs one source session. It returns (nil, nil) on a graceful stop, (srcErr, nil) when
+// the source failed and everything in flight was drained and stored, or (nil, err) on a fatal
+// error.
+func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
+	readCtx, stopReading := context.WithCancel(ctx)
+	defer stopReading()
+	txCh := make(chan source.Tx, r.o.TxBuffer)
+	errCh := make(chan error, 1)
+	var readers sync.WaitGroup
+	readers.Add(1)
+	go func() {
+		defer readers.Done()
+		for {
+			tx, err := r.src.Next(readCtx)
+			if err != nil {
+				errCh <- err
+				return
+			}
+			select {
+			case txCh <- tx:
+			case <-readCtx.Done():
+				errCh <- readCtx.Err()
+				return
+			}
+		}
+	}()
+	defer readers.Wait()
+
+	ticker := time.NewTicker(r.o.CommitInterval)
+	defer ticker.Stop()
+	var pending *source.Tx // a transaction read but not yet admitted (tracker full)
+	reading := true
+	var drainDeadline <-chan time.Time
+	for {
+		var in chan source.Tx
+		if reading && pending == nil {
+			in = txCh
+		}
+		select {
+		case tx := <-in:
+			pending = &tx
+		case <-r.wake:
+			if err := r.handleOutcomes(ctx); err != nil {
+				stopReading()
+				return nil, err
+			}
+		case <-ticker.C:
+			if err := r.commit(ctx); err != nil {
+				stopReading()
+				return nil, err
+			}
+		case err := <-errCh:
+			reading = false
+			if ctx.Err() == nil {
+				srcErr = err
+			}
+			drainDeadline = time.After(r.o.ShutdownTimeout)
+		case <-ctx.Done():
+			if reading {
+				stopReading()
+				reading = false
+				pending = nil
+				drainDeadline = time.After(r.o.ShutdownTimeout)
+				r.log.Info("stopping: no more reads, waiting for in-flight records", "inflight", r.tracker.Records())
+			}
+		case <-drainDeadline:
+			r.commit(context.Background())
+			return nil, fmt.Errorf("%w: %d records of %d transactions unresolved; stored position %s (they will be re-delivered on restart)",
+				ErrShutdownTimeout, r.tracker.Records(), r.tracker.Transactions(), r.stored)
+		}
+		if pending != nil && reading {
+			if !r.tracker.CanTrack(len(pending.Rows)) {
+				// Full: make room by committing what is done; else wait for outcomes.
+				if err := r.commit(ctx); err != nil {
+					return nil, err
+				}
+			}
+			if r.tracker.CanTrack(len(pending.Rows)) {
+				if err := r.admit(ctx, pending); err != nil {
+					stopReading()
+					if ctx.Err() != nil {
+						continue
+					}
+					return nil, err
+				}
+				pending = nil
+			}
+		}
+		if !reading && r.tracker.Records() == 0 {
+			if err := r.commit(context.Background()); err != nil {
+				return nil, err
+			}
+			if srcErr == nil {
+				r.log.Info("stopped cleanly", "position", string(r.stored))
+			}
+			return srcErr, nil
+		}
+	}
+}
+
+// admit tracks one transaction and queues its records (or their dead letters).
+func (r *runner) admit(ctx context.Context, tx *source.Tx) error {
+	seq, err := r.tracker.Track(tx.Position, len(tx.Rows))
+	if err != nil {
+		return fmt.Errorf("track transaction %s: %w", tx.Position, err)
+	}
+	r.o.Metrics.EventsRead(len(tx.Rows))
+	for i := range tx.Rows {
+		f := &inflight{seq: seq, row: &tx.Rows[i], pos: tx.Position, commitTime: tx.CommitTime}
+		rec, err := r.o.Route(f.row)
+		if err != nil {
+			f.rec = rec
+			if err := r.deadLetter(ctx, f, "transform", reasonOf(err), err); err != nil {
+				return err
+			}
+			continue
+		}
+		f.rec = rec
+		if err := r.o.Producer.Produce(ctx, &f.rec, r.doneFunc(f)); err != nil {
+			return fmt.Errorf("queue record for %s: %w", rec.Topic, err)
+		}
+	}
+	r.o.Metrics.Inflight(r.tracker.Records())
+	return nil
+}
+
+func (r *runner) doneFunc(f *inflight) func(error) {
+	return func(err error) {
+		f.err = err
+		r.mu.Lock()
+		r.outcomes = append(r.outcomes, f)
+		r.mu.Unlock()
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (r *runner) handleOutcomes(ctx context.Context) error {
+	r.mu.Lock()
+	batch := r.outcomes
+	r.outcomes = nil
+	r.mu.Unlock()
+	for _, f := range batch {
+		switch {
+		case f.err == nil:
+			if !f.dlq {
+				r.o.Metrics.Produced(f.rec.Topic, f.commitTime)
+			}
+			if err := r.tracker.Done(f.seq); err != nil {
+				return err
+			}
+		case f.dlq:
+			return fmt.Errorf("dead-letter topic %s cannot be written (%v): stopping without storing past position %s — fix the DLQ topic (kafka.dlq_topic) and restart",
+				r.o.DLQTopic, f.err, f.pos)
+		default:
+			permanent, reason := r.o.Classify(f.err)
+			if !permanent {
+				return fmt.Errorf("record for topic %s failed with a transient error after the producer's retries (%w); stopping without storing past position %s", f.rec.Topic, f.err, f.pos)
+			}
+			if err := r.deadLetter(ctx, f, "produce", reason, f.err); err != nil {
+				return err
+			}
+		}
+	}
+	r.o.Metrics.Inflight(r.tracker.Records())
+	return nil
+}
+
+// deadLetter produces f's dead letter; f stays unresolved until that write is acked.
+func (r *runner) deadLetter(ctx context.Context, f *inflight, stage, reason string, cause error) error {
+	dl := DeadLetter(f.rec, f.row, stage, reason, cause.Error(), f.pos, time.Now())
+	dl.Topic = r.o.DLQTopic
+	id := ""
+	if f.row != nil {
+		if v, ok := f.row.Get("id"); ok {
+			id = string(v.Bytes)
+		}
+	}
+	r.log.Warn("dead-lettering record", "reason", reason, "stage", stage, "error", cause.Error(),
+		"topic", f.rec.Topic, "table", f.row.Table, "position", string(f.pos), "id", id)
+	r.o.Metrics.DeadLettered(reason)
+	d := &inflight{seq: f.seq, rec: dl, row: f.row, pos: f.pos, dlq: true}
+	if err := r.o.Producer.Produce(ctx, &d.rec, r.doneFunc(d)); err != nil {
+		return fmt.Errorf("queue dead letter: %w", err)
+	}
+	return nil
+}
+
+// commit stores the acked prefix, then confirms it to the source.
+func (r *runner) commit(ctx context.Context) error {
+	pos, ok := r.tracker.Commit()
+	if !ok || pos == r.stored {
+		return nil
+	}
+	if err := r.o.Store.Save(ctx, pos); err != nil {
+		return fmt.Errorf("store position %s: %w", pos, err)
+	}
+	r.stored = pos
+	if err := r.src.Confirm(ctx, pos); err != nil {
+		r.log.Warn("confirm position to the source failed (stored; will confirm again)", "position", string(pos), "err", err)
+	}
+	r.o.Metrics.Committed(pos)
+	if r.o.OnCommit != nil {
+		r.o.OnCommit(pos)
+	}
+	return nil
+}
+
+func reasonOf(err error) string {
+	var re interface{ ReasonCode() string }
+	if errors.As(err, &re) {
+		return re.ReasonCode()
+	}
+	return "invalid_value"
+}
+
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func newBackoff(min, max time.Duration) *backoff { return &backoff{min: min, max: max} }
+
+// next returns a capped exponential delay with full jitter in [cur/2, cur].
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else if b.cur *= 2; b.cur > b.max {
+		b.cur = b.max
+	}
+	return b.cur/2 + time.Duration(rand.Int64N(int64(b.cur/2)+1))
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

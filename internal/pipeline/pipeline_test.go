@@ -1,0 +1,305 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/sink"
+	"github.com/outboxd/outboxd/source"
+	"github.com/outboxd/outboxd/transform/outbox"
+)
+
+// fakeSource serves a fixed list of transactions, then blocks.
+type fakeSource struct {
+	txs       []source.Tx
+	from      offsets.Position
+	mu        sync.Mutex
+	confirmed []offsets.Position
+	failAfter int // return an error after this many txs (0 = never)
+	n         int
+}
+
+func (s *fakeSource) Open(ctx context.Context, from offsets.Position) error { s.from = from; return nil }
+func (s *fakeSource) Next(ctx context.Context) (source.Tx, error) {
+	for s.n < len(s.txs) {
+		tx := s.txs[s.n]
+		s.n++
+		if s.failAfter > 0 && s.n > s.failAfter {
+			s.failAfter = 0
+			return source.Tx{}, errors.New("connection reset")
+		}
+		if s.from != "" && tx.Position <= s.from {
+			continue
+		}
+		return tx, nil
+	}
+	<-ctx.Done()
+	return source.Tx{}, ctx.Err()
+}
+func (s *fakeSource) Confirm(ctx context.Context, p offsets.Position) error {
+	s.mu.Lock()
+	s.confirmed = append(s.confirmed, p)
+	s.mu.Unlock()
+	return nil
+}
+func (s *fakeSource) Close() error { return nil }
+
+// fakeProducer holds every record until the test acks or fails it.
+type fakeProducer struct {
+	mu      sync.Mutex
+	queued  []*sink.Record
+	dones   []func(error)
+	failFor map[string]error // topic → error returned on ack
+	auto    bool             // ack immediately
+}
+
+func (p *fakeProducer) Produce(ctx context.Context, rec *sink.Record, done func(error)) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := *rec
+	p.queued = append(p.queued, &r)
+	if p.auto {
+		go done(p.failFor[rec.Topic])
+		p.dones = append(p.dones, nil)
+		return nil
+	}
+	p.dones = append(p.dones, done)
+	return nil
+}
+func (p *fakeProducer) Close() error { return nil }
+func (p *fakeProducer) count() int   { p.mu.Lock(); defer p.mu.Unlock(); return len(p.queued) }
+func (p *fakeProducer) ack(i int, err error) {
+	p.mu.Lock()
+	d := p.dones[i]
+	p.mu.Unlock()
+	d(err)
+}
+
+type memStore struct {
+	mu  sync.Mutex
+	pos offsets.Position
+	err error
+}
+
+func (m *memStore) Load(context.Context) (offsets.Position, error) { return m.pos, nil }
+func (m *memStore) Save(_ context.Context, p offsets.Position) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.err != nil {
+		return m.err
+	}
+	m.pos = p
+	return nil
+}
+func (m *memStore) get() offsets.Position { m.mu.Lock(); defer m.mu.Unlock(); return m.pos }
+
+func row(id, agg string) source.Row {
+	return source.Row{Table: "public.outbox", Columns: []string{"id", "aggregatetype", "aggregateid", "payload"},
+		Values: []source.Value{{Bytes: []byte(id)}, {Bytes: []byte(agg)}, {Bytes: []byte("k")}, {Bytes: []byte("{}")}}}
+}
+
+func options(src *fakeSource, p *fakeProducer, st *memStore) Options {
+	rt, _ := outbox.New(outbox.DefaultConfig())
+	return Options{NewSource: func() source.Source { return src }, Producer: p, Route: rt.Route,
+		Classify: func(err error) (bool, string) { return strings.Contains(err.Error(), "too large"), "record_too_large" },
+		Store:    st, DLQTopic: "dlq", CommitInterval: 5 * time.Millisecond, ShutdownTimeout: 2 * time.Second}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// The stored and confirmed positions never pass a transaction with an unacked record, whatever
+// the ack order.
+func TestPositionNeverPassesUnacked(t *testing.T) {
+	src := &fakeSource{txs: []source.Tx{
+		{Position: "01", Rows: []source.Row{row("a", "x"), row("b", "x")}},
+		{Position: "02", Rows: []source.Row{row("c", "x")}},
+		{Position: "03"}, // idle progress
+		{Position: "04", Rows: []source.Row{row("d", "x")}},
+	}}
+	p, st := &fakeProducer{}, &memStore{}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error)
+	go func() { errc <- Run(ctx, options(src, p, st)) }()
+	waitFor(t, "4 records queued", func() bool { return p.count() == 4 })
+	p.ack(3, nil) // d (tx 04)
+	p.ack(2, nil) // c (tx 02)
+	p.ack(0, nil) // a (tx 01, half)
+	time.Sleep(50 * time.Millisecond)
+	if got := st.get(); got != "" {
+		t.Fatalf("stored %q while tx 01 is half acked", got)
+	}
+	p.ack(1, nil)
+	waitFor(t, "position 04 stored", func() bool { return st.get() == "04" })
+	src.mu.Lock()
+	for _, c := range src.confirmed {
+		if c > st.get() {
+			t.Fatalf("confirmed %s beyond stored", c)
+		}
+	}
+	src.mu.Unlock()
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatalf("graceful stop: %v", err)
+	}
+}
+
+func TestPoisonRowsGoToDLQAndStreamMovesOn(t *testing.T) {
+	src := &fakeSource{txs: []source.Tx{
+		{Position: "01", Rows: []source.Row{row("a", "x"), row("b", "bad topic!"), row("c", "big")}},
+		{Position: "02", Rows: []source.Row{row("d", "x")}},
+	}}
+	p, st := &fakeProducer{auto: true, failFor: map[string]error{"outbox.event.big": errors.New("too large")}}, &memStore{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error)
+	go func() { errc <- Run(ctx, options(src, p, st)) }()
+	waitFor(t, "stored 02", func() bool { return st.get() == "02" })
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	var dlq []*sink.Record
+	for _, r := range p.queued {
+		if r.Topic == "dlq" {
+			dlq = append(dlq, r)
+		}
+	}
+	if len(dlq) != 2 {
+		t.Fatalf("%d dead letters, want 2", len(dlq))
+	}
+	h := func(r *sink.Record, k string) string {
+		for _, x := range r.Headers {
+			if x.Key == k {
+				return string(x.Value)
+			}
+		}
+		return ""
+	}
+	if h(dlq[0], HeaderReason) != "invalid_topic" || h(dlq[0], HeaderStage) != "transform" || h(dlq[0], HeaderSourcePosition) != "01" ||
+		!strings.Contains(string(dlq[0].Value), `"aggregatetype":"bad topic!"`) {
+		t.Errorf("transform dead letter: %+v %s", dlq[0].Headers, dlq[0].Value)
+	}
+	if h(dlq[1], HeaderReason) != "record_too_large" || h(dlq[1], HeaderStage) != "produce" || h(dlq[1], HeaderOriginalTopic) != "outbox.event.big" ||
+		h(dlq[1], "id") != "c" || string(dlq[1].Value) != "{}" {
+		t.Errorf("produce dead letter: %+v %s", dlq[1].Headers, dlq[1].Value)
+	}
+}
+
+func TestDLQUnwritableStopsWithoutCommitting(t *testing.T) {
+	src := &fakeSource{txs: []source.Tx{
+		{Position: "01", Rows: []source.Row{row("a", "x")}},
+		{Position: "02", Rows: []source.Row{row("b", "bad!")}},
+		{Position: "03", Rows: []source.Row{row("c", "x")}},
+	}}
+	p, st := &fakeProducer{auto: true, failFor: map[string]error{"dlq": errors.New("authorization failed")}}, &memStore{}
+	err := Run(context.Background(), options(src, p, st))
+	if err == nil || !strings.Contains(err.Error(), "dead-letter topic dlq cannot be written") {
+		t.Fatalf("err = %v", err)
+	}
+	if got := st.get(); got > "01" {
+		t.Fatalf("stored %q past the record whose dead letter failed", got)
+	}
+}
+
+func TestStoreFailureIsFatal(t *testing.T) {
+	src := &fakeSource{txs: []source.Tx{{Position: "01", Rows: []source.Row{row("a", "x")}}}}
+	p, st := &fakeProducer{auto: true}, &memStore{err: errors.New("disk full")}
+	err := Run(context.Background(), options(src, p, st))
+	if err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("err = %v", err)
+	}
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	if len(src.confirmed) != 0 {
+		t.Fatalf("confirmed %v although nothing was stored", src.confirmed)
+	}
+}
+
+func TestShutdownTimeout(t *testing.T) {
+	src := &fakeSource{txs: []source.Tx{{Position: "01", Rows: []source.Row{row("a", "x")}}}}
+	p, st := &fakeProducer{}, &memStore{}
+	o := options(src, p, st)
+	o.ShutdownTimeout = 100 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error)
+	go func() { errc <- Run(ctx, o) }()
+	waitFor(t, "queued", func() bool { return p.count() == 1 })
+	cancel()
+	if err := <-errc; !errors.Is(err, ErrShutdownTimeout) {
+		t.Fatalf("err = %v", err)
+	}
+	if st.get() != "" {
+		t.Fatal("stored an unacked position")
+	}
+}
+
+func TestBackpressureCapsInflight(t *testing.T) {
+	var txs []source.Tx
+	for i := 0; i < 100; i++ {
+		txs = append(txs, source.Tx{Position: offsets.Position(fmt.Sprintf("%03d", i)), Rows: []source.Row{row(fmt.Sprint(i), "x")}})
+	}
+	src := &fakeSource{txs: txs}
+	p, st := &fakeProducer{}, &memStore{}
+	o := options(src, p, st)
+	o.MaxInflight = 7
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error)
+	go func() { errc <- Run(ctx, o) }()
+	waitFor(t, "7 queued", func() bool { return p.count() == 7 })
+	time.Sleep(50 * time.Millisecond)
+	if n := p.count(); n != 7 {
+		t.Fatalf("%d records queued with max_inflight 7", n)
+	}
+	for i := 0; i < 100; i++ {
+		waitFor(t, "next queued", func() bool { return p.count() > i })
+		p.ack(i, nil)
+	}
+	waitFor(t, "all stored", func() bool { return st.get() == "099" })
+	cancel()
+	<-errc
+}
+
+func TestSourceErrorDrainsAndReopensFromStored(t *testing.T) {
+	src := &fakeSource{failAfter: 2, txs: []source.Tx{
+		{Position: "01", Rows: []source.Row{row("a", "x")}},
+		{Position: "02", Rows: []source.Row{row("b", "x")}},
+		{Position: "03", Rows: []source.Row{row("c", "x")}},
+	}}
+	p, st := &fakeProducer{auto: true}, &memStore{}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error)
+	opened := 0
+	o := options(src, p, st)
+	o.NewSource = func() source.Source {
+		opened++
+		src.n = 0 // a fresh connection replays from the stored position
+		return src
+	}
+	go func() { errc <- Run(ctx, o) }()
+	waitFor(t, "stored 03", func() bool { return st.get() == "03" })
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if opened != 2 {
+		t.Fatalf("source opened %d times, want 2", opened)
+	}
+	if p.count() != 3 {
+		t.Fatalf("%d records produced, want 3 (no duplicates after a drained reconnect)", p.count())
+	}
+}
