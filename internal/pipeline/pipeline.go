@@ -54,6 +54,8 @@ type Options struct {
 	Metrics         Metrics
 	// OnCommit, when set, is called after each successful Save+Confirm (tests, metrics).
 	OnCommit func(offsets.Position)
+	// OnOpen, when set, is called each time the source has been opened.
+	OnOpen func()
 }
 
 // Metrics receives pipeline events; every method must be cheap and non-blocking.
@@ -161,6 +163,9 @@ func Run(ctx context.Context, o Options) error {
 			continue
 		}
 		first = false
+		if o.OnOpen != nil {
+			o.OnOpen()
+		}
 		srcErr, err := r.stream(ctx)
 		r.src.Close()
 		if err != nil {

@@ -25,7 +25,10 @@ type fakeSource struct {
 	n         int
 }
 
-func (s *fakeSource) Open(ctx context.Context, from offsets.Position) error { s.from = from; return nil }
+func (s *fakeSource) Open(ctx context.Context, from offsets.Position) error {
+	s.from = from
+	return nil
+}
 func (s *fakeSource) Next(ctx context.Context) (source.Tx, error) {
 	for s.n < len(s.txs) {
 		tx := s.txs[s.n]

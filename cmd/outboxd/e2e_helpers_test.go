@@ -1,0 +1,243 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxd/outboxd/internal/testenv"
+)
+
+var binPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "outboxd-bin-")
+	if err != nil {
+		panic(err)
+	}
+	binPath = filepath.Join(dir, "outboxd")
+	out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build outboxd: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// env is one end-to-end environment: a private PostgreSQL with the outbox table, a broker, and a
+// config file for outboxd.
+type env struct {
+	t       *testing.T
+	pg      *testenv.Postgres
+	broker  *testenv.Broker
+	dir     string
+	cfgPath string
+	offsets string
+}
+
+func newEnv(t *testing.T, extraYAML string) *env {
+	t.Helper()
+	e := &env{t: t, pg: testenv.NewPostgres(t), broker: testenv.NewBroker(t), dir: t.TempDir()}
+	ctx := context.Background()
+	if err := e.pg.Exec(ctx, "app", testenv.OutboxDDL, "CREATE TABLE public.orders (id serial PRIMARY KEY, note text)"); err != nil {
+		t.Fatal(err)
+	}
+	e.offsets = filepath.Join(e.dir, "offsets.json")
+	e.cfgPath = filepath.Join(e.dir, "outboxd.yaml")
+	cfg := fmt.Sprintf(`shutdown_timeout: 20s
+source:
+  type: postgres
+  dsn: %s
+  tables: [public.outbox]
+  postgres:
+    status_interval: 1s
+kafka:
+  brokers: [%s]
+offsets:
+  path: %s
+  commit_interval: 20ms
+http:
+  listen: ""
+%s`, e.pg.DSN("app"), e.broker.Addr(), e.offsets, extraYAML)
+	if err := os.WriteFile(e.cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// proc is a running outboxd.
+type proc struct {
+	cmd  *exec.Cmd
+	out  *syncBuf
+	done chan struct{}
+	code int
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+func (e *env) start() *proc {
+	e.t.Helper()
+	p := &proc{out: &syncBuf{}, done: make(chan struct{})}
+	p.cmd = exec.Command(binPath, "run", "-c", e.cfgPath)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	go func() {
+		err := p.cmd.Wait()
+		p.code = 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			p.code = ee.ExitCode()
+		}
+		close(p.done)
+	}()
+	e.t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+		if e.t.Failed() {
+			e.t.Logf("outboxd output:\n%s", p.out.String())
+		}
+	})
+	return p
+}
+
+// stop sends sig and waits for exit; returns the exit code.
+func (p *proc) stop(t *testing.T, sig syscall.Signal) int {
+	t.Helper()
+	p.cmd.Process.Signal(sig)
+	select {
+	case <-p.done:
+	case <-time.After(40 * time.Second):
+		t.Fatalf("outboxd did not exit after %v; output:\n%s", sig, p.out.String())
+	}
+	return p.code
+}
+
+func (e *env) conn() *pgx.Conn {
+	e.t.Helper()
+	c, err := pgx.Connect(context.Background(), e.pg.DSN("app"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+// insert commits one transaction with n outbox rows for aggregate agg and returns their ids.
+func (e *env) insert(c *pgx.Conn, agg string, n int) []string {
+	e.t.Helper()
+	ctx := context.Background()
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var ids []string
+	for i := 0; i < n; i++ {
+		var id string
+		err := tx.QueryRow(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+			VALUES (gen_random_uuid(), 'order', $1, 'created', jsonb_build_object('agg', $1::text, 'i', $2::int)) RETURNING id::text`, agg, i).Scan(&id)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	return ids
+}
+
+func (e *env) storedPosition() string {
+	b, err := os.ReadFile(e.offsets)
+	if err != nil {
+		return ""
+	}
+	var d struct{ Position string }
+	json.Unmarshal(b, &d)
+	return d.Position
+}
+
+func (e *env) slotConfirmed(c *pgx.Conn) string {
+	var lsn *string
+	c.QueryRow(context.Background(), "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'outboxd'").Scan(&lsn)
+	if lsn == nil {
+		return ""
+	}
+	return *lsn
+}
+
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func ids(recs []testenv.Consumed) []string {
+	var out []string
+	for _, r := range recs {
+		out = append(out, r.Header("id"))
+	}
+	return out
+}
+
+func countDistinct(recs []testenv.Consumed) (distinct, dups int) {
+	seen := map[string]bool{}
+	for _, r := range recs {
+		if seen[r.Header("id")] {
+			dups++
+		}
+		seen[r.Header("id")] = true
+	}
+	return len(seen), dups
+}
+
+func hasAll(got []testenv.Consumed, want []string) []string {
+	have := map[string]bool{}
+	for _, r := range got {
+		have[r.Header("id")] = true
+	}
+	var missing []string
+	for _, id := range want {
+		if !have[id] {
+			missing = append(missing, id)
+		}
+	}
+	return missing
+}
+
+var _ = strings.Contains
+
+func writeFile(t *testing.T, path, s string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,106 @@
+// Command outboxd tails a database's log and delivers each outbox INSERT to Kafka.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/outboxd/outboxd/internal/app"
+	"github.com/outboxd/outboxd/internal/config"
+)
+
+// Set by the build (-ldflags "-X main.version=... -X main.commit=...").
+var (
+	version = "dev"
+	commit  = ""
+)
+
+const usage = `outboxd — transactional outbox to Kafka
+
+Usage:
+  outboxd run -c FILE       run the pipeline until SIGINT/SIGTERM
+  outboxd version           print version, commit and Go version
+
+Exit status: 0 clean stop, 1 runtime failure, 2 bad configuration or usage.
+`
+
+func main() { os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// Main runs one command and returns its exit status.
+func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "version", "--version", "-v":
+		c := commit
+		if c == "" {
+			if bi, ok := debug.ReadBuildInfo(); ok {
+				for _, s := range bi.Settings {
+					if s.Key == "vcs.revision" {
+						c = s.Value
+					}
+				}
+			}
+		}
+		fmt.Fprintf(stdout, "outboxd %s commit %s %s %s/%s\n", version, c, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		return 0
+	case "run":
+		return runCmd(args[1:], stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "outboxd: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+}
+
+func loadConfig(name string, args []string, stderr io.Writer) (*config.Config, int) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("c", "", "config file (YAML)")
+	if err := fs.Parse(args); err != nil {
+		return nil, 2
+	}
+	if *path == "" || fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "outboxd %s: need -c FILE and no other arguments\n", name)
+		return nil, 2
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		fmt.Fprintf(stderr, "outboxd: %v\n", err)
+		return nil, 2
+	}
+	return cfg, 0
+}
+
+func runCmd(args []string, stderr io.Writer) int {
+	cfg, code := loadConfig("run", args, stderr)
+	if cfg == nil {
+		return code
+	}
+	log := app.NewLogger(cfg.Log, stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := app.Run(ctx, cfg, log); err != nil {
+		log.Error("outboxd stopped with an error", "err", err)
+		if config.IsConfigError(err) {
+			return 2
+		}
+		return 1
+	}
+	if errors.Is(ctx.Err(), context.Canceled) {
+		log.Info("outboxd stopped")
+	}
+	return 0
+}

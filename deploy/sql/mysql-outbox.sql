@@ -1,0 +1,10 @@
+CREATE TABLE app.outbox (
+  id CHAR(36) NOT NULL PRIMARY KEY,
+  aggregatetype VARCHAR(255) NOT NULL,
+  aggregateid VARCHAR(255) NOT NULL,
+  type VARCHAR(255) NOT NULL,
+  payload JSON,
+  created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+);
+GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'outboxd'@'%';
+GRANT SELECT ON app.* TO 'outboxd'@'%';

@@ -1,0 +1,135 @@
+// Package metrics exposes outboxd's Prometheus metrics and the /healthz and /readyz endpoints.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/outboxd/outboxd/offsets"
+)
+
+// Metrics implements pipeline.Metrics on a private Prometheus registry.
+type Metrics struct {
+	Registry     *prometheus.Registry
+	eventsRead   prometheus.Counter
+	produced     *prometheus.CounterVec
+	dlq          *prometheus.CounterVec
+	commitToAck  prometheus.Histogram
+	lagBytes     prometheus.Gauge
+	inflight     prometheus.Gauge
+	up           prometheus.Gauge
+	lastCommit   atomic.Int64 // unix nanos of the last stored position
+	lastProgress atomic.Int64 // unix nanos of the last ack or commit
+	ready        atomic.Bool
+	inflightN    atomic.Int64
+}
+
+// New registers the contract's metrics plus Go runtime and process collectors.
+func New() *Metrics {
+	r := prometheus.NewRegistry()
+	m := &Metrics{Registry: r,
+		eventsRead: prometheus.NewCounter(prometheus.CounterOpts{Name: "outboxd_events_read_total", Help: "Outbox rows read from the source."}),
+		produced: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "outboxd_events_produced_total", Help: "Records acked by Kafka, by topic."},
+			[]string{"topic"}),
+		dlq: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "outboxd_dlq_events_total", Help: "Records dead-lettered, by reason."},
+			[]string{"reason"}),
+		commitToAck: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "outboxd_commit_to_ack_seconds",
+			Help:    "Time from the source transaction's commit to the Kafka ack of its record.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}),
+		lagBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "outboxd_source_lag_bytes", Help: "PostgreSQL: server WAL end minus the slot's confirmed LSN."}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "outboxd_inflight_events", Help: "Records read and not yet acked or dead-lettered."}),
+		up:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "outboxd_up", Help: "1 while the pipeline runs with its source and Kafka connected."}),
+	}
+	r.MustRegister(m.eventsRead, m.produced, m.dlq, m.commitToAck, m.lagBytes, m.inflight, m.up,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *Metrics) EventsRead(n int) { m.eventsRead.Add(float64(n)) }
+func (m *Metrics) Produced(topic string, commitTime time.Time) {
+	m.produced.WithLabelValues(topic).Inc()
+	if !commitTime.IsZero() {
+		m.commitToAck.Observe(time.Since(commitTime).Seconds())
+	}
+	m.lastProgress.Store(time.Now().UnixNano())
+}
+func (m *Metrics) DeadLettered(reason string) { m.dlq.WithLabelValues(reason).Inc() }
+func (m *Metrics) Inflight(n int) {
+	m.inflight.Set(float64(n))
+	m.inflightN.Store(int64(n))
+}
+func (m *Metrics) Committed(offsets.Position) {
+	now := time.Now().UnixNano()
+	m.lastCommit.Store(now)
+	m.lastProgress.Store(now)
+}
+
+// SetLagBytes sets outboxd_source_lag_bytes.
+func (m *Metrics) SetLagBytes(n int64) { m.lagBytes.Set(float64(n)) }
+
+// SetUp marks the pipeline connected (ready) or not.
+func (m *Metrics) SetUp(up bool) {
+	m.ready.Store(up)
+	if up {
+		m.up.Set(1)
+		m.lastProgress.Store(time.Now().UnixNano())
+	} else {
+		m.up.Set(0)
+	}
+}
+
+// Handler serves /metrics, /healthz (200 while the process runs) and /readyz (200 while the
+// pipeline is up and has made progress — an ack or a stored position — within stall, or has
+// nothing in flight; 503 otherwise).
+func (m *Metrics) Handler(stall time.Duration) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !m.ready.Load() {
+			http.Error(w, "not ready: source or Kafka not connected", http.StatusServiceUnavailable)
+			return
+		}
+		last := time.Unix(0, m.lastProgress.Load())
+		if time.Since(last) > stall && m.inflightN.Load() > 0 {
+			http.Error(w, "not ready: records in flight and no progress for "+time.Since(last).Round(time.Second).String(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
+	return mux
+}
+
+// Serve listens on addr until ctx ends. An empty addr disables the server.
+func (m *Metrics) Serve(ctx context.Context, addr string, log *slog.Logger) error {
+	if addr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: m.Handler(time.Minute), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	log.Info("serving /metrics, /healthz, /readyz", "listen", ln.Addr().String())
+	return nil
+}
