@@ -1,0 +1,288 @@
+// Package postgres is the PostgreSQL source: it reads the write-ahead log through a logical
+// replication slot with the pgoutput plugin (protocol version 1) and hands the pipeline whole
+// committed transactions containing the INSERTs into the configured outbox tables.
+//
+// It is an I/O shell (Source: connections, publication and slot management, the replication
+// stream, status updates) around a pure Decoder (pgoutput bytes → source.Tx).
+//
+// Positions are LSNs in PostgreSQL's text form ("0/16B3748"): the end of a committed transaction,
+// or, for idle progress, a WAL location the server reported in a keepalive.
+//
+// Requires PostgreSQL 13 or later with wal_level = logical and a role with the REPLICATION
+// attribute (or superuser) that may create the publication and the slot.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
+)
+
+// Config configures a Source.
+type Config struct {
+	// DSN is the libpq connection string or URL (source.dsn). It never appears in logs or errors.
+	DSN string
+	// Tables are the outbox tables, "schema.table" (source.tables).
+	Tables []string
+	// Slot is the logical replication slot (source.postgres.slot), default "outboxd". It is
+	// created with the pgoutput plugin when absent and no stored position exists.
+	Slot string
+	// Publication is the publication (source.postgres.publication), default "outboxd". It is
+	// created as FOR TABLE <Tables> WITH (publish = 'insert') when absent.
+	Publication string
+	// StandbyTimeout is the interval between standby status updates (default 10s). Keep it well
+	// below the server's wal_sender_timeout (default 60s).
+	StandbyTimeout time.Duration
+}
+
+const (
+	defaultStandbyTimeout = 10 * time.Second
+	// confirmGap bounds how often a Confirm that advanced the position triggers a status update.
+	confirmGap = 100 * time.Millisecond
+	// idleGap bounds how often idle progress is handed out (capped at StandbyTimeout).
+	idleGap = time.Second
+)
+
+// ErrClosed is returned by Next once Close has been called.
+var ErrClosed = errors.New("postgres source closed")
+
+// Source reads an outbox from PostgreSQL logical replication. It implements source.Source.
+//
+// Concurrency design: after Open, one goroutine (the stream loop) owns the replication
+// connection exclusively: it reads messages, feeds the Decoder, answers keepalives, and writes
+// every standby status update. Next only receives finished transactions from that loop over an
+// unbuffered channel, so at most one decoded transaction waits for the pipeline and, while it
+// waits, nothing more is read (TCP flow control pushes back to the server). Because the loop
+// keeps sending status updates while it waits, a stalled pipeline does not trip the server's
+// wal_sender_timeout.
+//
+// Confirm stores the confirmed LSN in an atomic (non-decreasing) and wakes the loop, which sends
+// a status update carrying it within confirmGap (100ms). Status updates report
+// write = flush = apply = the last confirmed LSN (initially the position passed to Open), never
+// a merely received one.
+//
+// Idle progress: when the loop has nothing buffered (no partially received transaction, no
+// transaction waiting for Next), every transaction handed out has been confirmed, and a server
+// keepalive reported a WAL end beyond the last position handed out, Next returns
+// Tx{Position: <that WAL end>} with no rows — at most once per min(1s, StandbyTimeout). The
+// pipeline stores and confirms it like any transaction, so an idle outbox on a busy database
+// does not make the slot retain WAL. This is safe because the walsender reports in keepalives
+// only a location up to which it has already decoded and sent every committed transaction.
+// Transactions that touch no outbox row come as Tx values with no rows (PostgreSQL 15+ does not
+// even send them; idle progress covers that case).
+type Source struct {
+	cfg Config
+	log *slog.Logger
+
+	confirmed atomic.Uint64 // last confirmed LSN, non-decreasing
+	walEnd    atomic.Uint64 // latest server WAL end seen (metrics)
+
+	txCh chan source.Tx
+	done chan struct{} // closed when the stream loop ends; err is set before
+	err  error
+
+	mu     sync.Mutex
+	wake   func()             // interrupts the loop's current wait; nil when not waiting
+	cancel context.CancelFunc // stops the loop
+	repl   *pgconn.PgConn
+	opened bool
+	closed bool
+}
+
+var _ source.Source = (*Source)(nil)
+
+// New returns an unopened Source. A nil log uses slog.Default().
+func New(cfg Config, log *slog.Logger) *Source {
+	if cfg.Slot == "" {
+		cfg.Slot = "outboxd"
+	}
+	if cfg.Publication == "" {
+		cfg.Publication = "outboxd"
+	}
+	if cfg.StandbyTimeout <= 0 {
+		cfg.StandbyTimeout = defaultStandbyTimeout
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Source{cfg: cfg, log: log.With("source", "postgres", "slot", cfg.Slot)}
+}
+
+// Open prepares the publication and the slot and starts streaming after from (see the source
+// package contract). It returns an error, and streams nothing, when from can no longer be
+// served: the slot is missing, lost, or has confirmed_flush_lsn beyond from. It never creates a
+// slot when from is non-empty. An empty from starts where the slot stands (a new slot: now).
+func (s *Source) Open(ctx context.Context, from offsets.Position) error {
+	s.mu.Lock()
+	if s.opened || s.closed {
+		s.mu.Unlock()
+		return errors.New("postgres source: Open called twice or after Close")
+	}
+	s.opened = true
+	s.mu.Unlock()
+
+	if err := s.validate(); err != nil {
+		return err
+	}
+	var fromLSN pglogrepl.LSN
+	if from != "" {
+		var err error
+		if fromLSN, err = ParseLSN(from); err != nil {
+			return fmt.Errorf("stored position: %w: fix or reset it with `outboxd offsets set`", err)
+		}
+	}
+	repl, err := s.setup(ctx, fromLSN)
+	if err != nil {
+		return err
+	}
+	s.storeConfirmed(fromLSN)
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.mu.Lock()
+	s.repl, s.cancel = repl, cancel
+	s.txCh, s.done = make(chan source.Tx), make(chan struct{})
+	closed := s.closed
+	s.mu.Unlock()
+	if closed { // Close raced with Open
+		cancel()
+		_ = repl.Close(ctx)
+		return ErrClosed
+	}
+	st := &stream{s: s, conn: repl, dec: NewDecoder(s.cfg.Tables), from: fromLSN, lastHanded: fromLSN}
+	go s.run(runCtx, st)
+	return nil
+}
+
+// Next returns the next transaction (see the source package contract). After the stream failed
+// it returns that error on every call; after Close, ErrClosed.
+func (s *Source) Next(ctx context.Context) (source.Tx, error) {
+	s.mu.Lock()
+	txCh, done := s.txCh, s.done
+	s.mu.Unlock()
+	if done == nil {
+		return source.Tx{}, errors.New("postgres source: Next called before a successful Open")
+	}
+	select {
+	case tx := <-txCh:
+		return tx, nil
+	case <-done:
+		return source.Tx{}, s.err
+	case <-ctx.Done():
+		return source.Tx{}, ctx.Err()
+	}
+}
+
+// Confirm records that everything up to p is durably delivered and makes the stream loop send
+// a status update carrying it within about 100ms. It never blocks on I/O and is safe to call
+// concurrently with Next. Positions lower than an earlier Confirm are ignored. After Close it is
+// a no-op: the next Open starts by confirming its stored position.
+func (s *Source) Confirm(_ context.Context, p offsets.Position) error {
+	lsn, err := ParseLSN(p)
+	if err != nil {
+		return fmt.Errorf("confirm: %w", err)
+	}
+	if s.storeConfirmed(lsn) {
+		s.mu.Lock()
+		if s.wake != nil {
+			s.wake()
+			s.wake = nil
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// storeConfirmed raises the confirmed LSN to lsn and reports whether it moved.
+func (s *Source) storeConfirmed(lsn pglogrepl.LSN) bool {
+	for {
+		old := s.confirmed.Load()
+		if uint64(lsn) <= old {
+			return false
+		}
+		if s.confirmed.CompareAndSwap(old, uint64(lsn)) {
+			return true
+		}
+	}
+}
+
+// Progress reports the latest server WAL end seen on the stream and the last confirmed LSN
+// (their difference is the slot's lag as far as outboxd knows it).
+func (s *Source) Progress() (serverWALEnd, confirmed pglogrepl.LSN) {
+	return pglogrepl.LSN(s.walEnd.Load()), pglogrepl.LSN(s.confirmed.Load())
+}
+
+// Close stops the stream, sends a last status update with the confirmed LSN, and closes the
+// replication connection. A Next blocked concurrently returns ErrClosed. Close is idempotent.
+func (s *Source) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	cancel, done, repl := s.cancel, s.done, s.repl
+	s.mu.Unlock()
+	if cancel == nil {
+		return nil // never opened (or Open failed / still running: it sees closed)
+	}
+	cancel()
+	<-done
+	ctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+	defer c()
+	if err := repl.Close(ctx); err != nil {
+		return fmt.Errorf("close replication connection: %w", err)
+	}
+	return nil
+}
+
+// setWake registers the loop's current wait interruption (nil to clear).
+func (s *Source) setWake(f func()) {
+	s.mu.Lock()
+	s.wake = f
+	s.mu.Unlock()
+}
+
+func (s *Source) validate() error {
+	if s.cfg.DSN == "" {
+		return errors.New("source.dsn is empty: set the PostgreSQL connection string")
+	}
+	if len(s.cfg.Tables) == 0 {
+		return errors.New("source.tables is empty: list the outbox tables as schema.table")
+	}
+	for _, t := range s.cfg.Tables {
+		if schema, name := splitTable(t); schema == "" || name == "" {
+			return fmt.Errorf("source.tables: %q is not schema.table", t)
+		}
+	}
+	if !validSlotName(s.cfg.Slot) {
+		return fmt.Errorf("source.postgres.slot %q is not a valid slot name: use lower-case letters, digits and underscores, at most 63 characters", s.cfg.Slot)
+	}
+	if len(s.cfg.Publication) > 63 {
+		return fmt.Errorf("source.postgres.publication %q is longer than 63 characters", s.cfg.Publication)
+	}
+	return nil
+}
+
+// validSlotName mirrors PostgreSQL's ReplicationSlotValidateName.
+func validSlotName(n string) bool {
+	if n == "" || len(n) > 63 {
+		return false
+	}
+	for i := 0; i < len(n); i++ {
+		c := n[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,246 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// slotBusyWait is how long Open retries START_REPLICATION while the slot is still held by a
+// previous connection (a restarted outboxd whose old walsender has not exited yet).
+const slotBusyWait = 15 * time.Second
+
+// setup runs Open's preparation: publication, slot checks (and creation when allowed), then
+// START_REPLICATION on a replication connection, which it returns in copy-both mode.
+func (s *Source) setup(ctx context.Context, from pglogrepl.LSN) (*pgconn.PgConn, error) {
+	admin, err := pgx.Connect(ctx, s.cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL (source.dsn): %w", err)
+	}
+	defer admin.Close(context.Background())
+
+	if err := s.ensurePublication(ctx, admin); err != nil {
+		return nil, err
+	}
+	slot, err := s.querySlot(ctx, admin)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkResume(slot, from); err != nil {
+		return nil, err
+	}
+
+	deadline := time.Now().Add(slotBusyWait)
+	for {
+		repl, err := s.connectReplication(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if !slot.exists {
+			if _, err := pglogrepl.CreateReplicationSlot(ctx, repl, s.cfg.Slot, "pgoutput",
+				pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"}); err != nil {
+				repl.Close(context.Background())
+				return nil, fmt.Errorf("create logical replication slot %q (source.postgres.slot): %w: check wal_level = logical, max_replication_slots, and that the role has REPLICATION", s.cfg.Slot, err)
+			}
+			slot.exists = true
+			s.log.Info("slot created", "plugin", "pgoutput")
+		}
+		err = pglogrepl.StartReplication(ctx, repl, s.cfg.Slot, from, pglogrepl.StartReplicationOptions{
+			Mode: pglogrepl.LogicalReplication,
+			PluginArgs: []string{
+				"proto_version '1'",
+				"publication_names " + quoteLiteral(quoteIdent(s.cfg.Publication)),
+			},
+		})
+		if err == nil {
+			s.log.Info("replication started", "publication", s.cfg.Publication, "from", startName(from),
+				"standby_timeout", s.cfg.StandbyTimeout)
+			return repl, nil
+		}
+		repl.Close(context.Background())
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55006" && time.Now().Before(deadline) {
+			// The slot is still active for a previous walsender: wait for it to exit.
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(200 * time.Millisecond):
+			}
+			continue
+		}
+		if errors.As(err, &pgErr) && pgErr.Code == "55006" {
+			return nil, fmt.Errorf("start replication on slot %q: %w: another process (another outboxd?) is reading this slot; stop it or use another source.postgres.slot", s.cfg.Slot, err)
+		}
+		return nil, fmt.Errorf("start replication on slot %q from %s with publication %q: %w", s.cfg.Slot, startName(from), s.cfg.Publication, err)
+	}
+}
+
+func startName(from pglogrepl.LSN) string {
+	if from == 0 {
+		return "the slot's confirmed position"
+	}
+	return from.String()
+}
+
+// connectReplication opens a replication=database connection. Unless the DSN says otherwise it
+// pins the session settings that shape value text forms, so outboxd's output does not depend on
+// server defaults: TimeZone UTC, DateStyle ISO, bytea_output hex.
+func (s *Source) connectReplication(ctx context.Context) (*pgconn.PgConn, error) {
+	cfg, err := pgconn.ParseConfig(s.cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("parse source.dsn: %w", err)
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	for k, v := range map[string]string{"application_name": "outboxd", "timezone": "UTC",
+		"datestyle": "ISO", "bytea_output": "hex"} {
+		if _, ok := cfg.RuntimeParams[k]; !ok {
+			cfg.RuntimeParams[k] = v
+		}
+	}
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open replication connection (source.dsn): %w: the role needs the REPLICATION attribute and pg_hba.conf must allow it", err)
+	}
+	return conn, nil
+}
+
+// ensurePublication creates the publication when absent. An existing one is left as it is, but
+// it must publish inserts of every configured table.
+func (s *Source) ensurePublication(ctx context.Context, conn *pgx.Conn) error {
+	pub := s.cfg.Publication
+	var pubinsert bool
+	err := conn.QueryRow(ctx, `SELECT pubinsert FROM pg_publication WHERE pubname = $1`, pub).Scan(&pubinsert)
+	if errors.Is(err, pgx.ErrNoRows) {
+		idents := make([]string, len(s.cfg.Tables))
+		for i, t := range s.cfg.Tables {
+			schema, name := splitTable(t)
+			idents[i] = pgx.Identifier{schema, name}.Sanitize()
+		}
+		sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')",
+			quoteIdent(pub), strings.Join(idents, ", "))
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("create publication %q (source.postgres.publication) for %s: %w: check that the tables in source.tables exist and the role owns them", pub, strings.Join(s.cfg.Tables, ", "), err)
+		}
+		s.log.Info("publication created", "publication", pub, "tables", s.cfg.Tables)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("look up publication %q: %w", pub, err)
+	}
+	rows, err := conn.Query(ctx, `SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1 ORDER BY 1`, pub)
+	if err != nil {
+		return fmt.Errorf("list tables of publication %q: %w", pub, err)
+	}
+	covered, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("list tables of publication %q: %w", pub, err)
+	}
+	s.log.Info("publication exists, leaving it as it is", "publication", pub, "tables", covered, "publishes_insert", pubinsert)
+	if !pubinsert {
+		return fmt.Errorf("publication %q (source.postgres.publication) does not publish inserts: ALTER PUBLICATION %s SET (publish = 'insert')", pub, quoteIdent(pub))
+	}
+	for _, t := range s.cfg.Tables {
+		schema, name := splitTable(t)
+		found := false
+		for _, c := range covered {
+			found = found || c == schema+"."+name
+		}
+		if !found {
+			return fmt.Errorf("publication %q (source.postgres.publication) does not include table %s from source.tables: ALTER PUBLICATION %s ADD TABLE %s",
+				pub, t, quoteIdent(pub), pgx.Identifier{schema, name}.Sanitize())
+		}
+	}
+	return nil
+}
+
+// slotInfo is the slot's row in pg_replication_slots.
+type slotInfo struct {
+	exists                          bool
+	slotType, plugin, db, walStatus string
+	restartLSN, confirmedLSN        *string
+	activePID                       *int32
+	currentDB, serverWALEnd         string
+}
+
+func (s *Source) querySlot(ctx context.Context, conn *pgx.Conn) (slotInfo, error) {
+	var si slotInfo
+	if err := conn.QueryRow(ctx, `SELECT current_database(), pg_current_wal_lsn()::text`).
+		Scan(&si.currentDB, &si.serverWALEnd); err != nil {
+		return si, fmt.Errorf("query server WAL position: %w", err)
+	}
+	var plugin, db, walStatus *string
+	err := conn.QueryRow(ctx, `SELECT slot_type, plugin, database, wal_status, restart_lsn::text, confirmed_flush_lsn::text, active_pid
+		FROM pg_replication_slots WHERE slot_name = $1`, s.cfg.Slot).
+		Scan(&si.slotType, &plugin, &db, &walStatus, &si.restartLSN, &si.confirmedLSN, &si.activePID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return si, nil
+	}
+	if err != nil {
+		return si, fmt.Errorf("look up replication slot %q: %w", s.cfg.Slot, err)
+	}
+	si.exists = true
+	si.plugin, si.db, si.walStatus = deref(plugin), deref(db), deref(walStatus)
+	return si, nil
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// checkResume decides whether streaming after from is possible without losing transactions.
+func (s *Source) checkResume(si slotInfo, from pglogrepl.LSN) error {
+	slot := s.cfg.Slot
+	if si.exists {
+		if si.slotType != "logical" || si.plugin != "pgoutput" || si.db != si.currentDB {
+			return fmt.Errorf("replication slot %q (source.postgres.slot) exists but is %s/%s on database %q, not logical/pgoutput on %q: use another slot name or drop it (SELECT pg_drop_replication_slot('%s'))",
+				slot, si.slotType, si.plugin, si.db, si.currentDB, slot)
+		}
+		s.log.Info("slot exists", "confirmed_flush_lsn", deref(si.confirmedLSN), "restart_lsn", deref(si.restartLSN), "wal_status", si.walStatus)
+	}
+	if from == 0 {
+		if si.exists && si.walStatus == "lost" {
+			return fmt.Errorf("replication slot %q is lost (wal_status = lost: the server removed WAL it still needed): drop it (SELECT pg_drop_replication_slot('%s')) and restart outboxd to create a new one", slot, slot)
+		}
+		return nil
+	}
+	walEnd, err := pglogrepl.ParseLSN(si.serverWALEnd)
+	if err == nil && from > walEnd {
+		return fmt.Errorf("stored position %s is ahead of the server's current WAL position %s: the offsets belong to another cluster or the server was restored from a backup; check source.dsn, or reset the position with `outboxd offsets set`", from, walEnd)
+	}
+	// acceptGap tells how to give up the undeliverable transactions, once the slot serves at.
+	acceptGap := func(at string) string {
+		return fmt.Sprintf("to accept the gap, run `outboxd offsets set -c FILE --position %s` and restart: this gives up the transactions committed after %s, so re-publish them from the outbox table if they matter", at, from)
+	}
+	if !si.exists {
+		return fmt.Errorf("replication slot %q (source.postgres.slot) does not exist, but the stored position is %s: the transactions after it can no longer be read, and outboxd never creates a slot past a stored position. If the slot was renamed, fix source.postgres.slot; otherwise create it (SELECT pg_create_logical_replication_slot('%s', 'pgoutput')) and %s",
+			slot, from, slot, acceptGap("<its confirmed_flush_lsn>"))
+	}
+	if si.walStatus == "lost" || si.confirmedLSN == nil {
+		return fmt.Errorf("replication slot %q is lost (wal_status = %s: the server removed WAL it needed, see max_slot_wal_keep_size): the transactions after the stored position %s can no longer be read. Drop and recreate the slot (SELECT pg_drop_replication_slot('%s'); SELECT pg_create_logical_replication_slot('%s', 'pgoutput')), then %s",
+			slot, si.walStatus, from, slot, slot, acceptGap("<its confirmed_flush_lsn>"))
+	}
+	confirmed, err := pglogrepl.ParseLSN(*si.confirmedLSN)
+	if err != nil {
+		return fmt.Errorf("replication slot %q: unreadable confirmed_flush_lsn %q: %w", slot, *si.confirmedLSN, err)
+	}
+	if confirmed > from {
+		return fmt.Errorf("replication slot %q has confirmed_flush_lsn %s, beyond the stored position %s: the server would skip the transactions committed between them, which outboxd never delivered (was the slot used by another consumer, or the offsets restored from an older copy?); %s",
+			slot, confirmed, from, acceptGap(confirmed.String()))
+	}
+	return nil
+}
+
+// quoteIdent quotes a SQL identifier.
+func quoteIdent(s string) string { return pgx.Identifier{s}.Sanitize() }
+
+// quoteLiteral quotes a SQL string literal (standard_conforming_strings).
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
