@@ -121,6 +121,18 @@ func (e *env) start() *proc {
 			e.t.Logf("outboxd output:\n%s", p.out.String())
 		}
 	})
+	// Rows committed before the slot exists are not in its stream: wait for the walsender.
+	c := e.conn()
+	waitUntil(e.t, 30*time.Second, "replication slot active", func() bool {
+		var active bool
+		c.QueryRow(context.Background(), "SELECT active FROM pg_replication_slots WHERE slot_name = 'outboxd'").Scan(&active)
+		select {
+		case <-p.done:
+			e.t.Fatalf("outboxd exited with %d:\n%s", p.code, p.out.String())
+		default:
+		}
+		return active
+	})
 	return p
 }
 
