@@ -88,7 +88,7 @@ http:
 	go writer(ctx, pg.DSN("app"), o.Interval, out)
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(broker.Addr()), kgo.ConsumeRegex(), kgo.ConsumeTopics(`outbox\.event\..*`),
-		kgo.MetadataMinAge(250*time.Millisecond), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+		kgo.MetadataMinAge(250*time.Millisecond), kgo.MetadataMaxAge(time.Second), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		return err
 	}
@@ -149,9 +149,12 @@ func writer(ctx context.Context, dsn string, interval time.Duration, out io.Writ
 		if err != nil {
 			return
 		}
-		tx.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+		_, err = tx.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
 			VALUES (gen_random_uuid(), 'order', $1, 'OrderCreated', jsonb_build_object('order', $2::int, 'total', $3::numeric))`,
 			fmt.Sprintf("order-%d", n%5), n, float64(n)*9.5)
+		if err != nil {
+			fmt.Fprintf(out, "writer: %v\n", err)
+		}
 		if n%3 == 0 {
 			tx.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
 				VALUES (gen_random_uuid(), 'customer', $1, 'CustomerUpdated', jsonb_build_object('customer', $2::int))`,

@@ -27,7 +27,7 @@ func (c Consumed) Header(k string) string { return c.Headers[k] }
 func Consume(t testing.TB, addr, pattern string, want int, timeout time.Duration) []Consumed {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeRegex(), kgo.ConsumeTopics(pattern),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.MetadataMinAge(100*time.Millisecond),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.MetadataMinAge(100*time.Millisecond), kgo.MetadataMaxAge(time.Second),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(200*time.Millisecond))
 	if err != nil {
 		t.Fatalf("consumer: %v", err)
