@@ -112,8 +112,13 @@ func Run(ctx context.Context, c *config.Config, log *slog.Logger) error {
 	}
 	log.Info("starting outboxd", "source", c.Source.Type, "dsn", Redact(c.Source.DSN), "tables", c.Source.Tables,
 		"brokers", c.Kafka.Brokers, "delivery", c.Kafka.Delivery, "offsets", c.Offsets.Store)
+	breaker, err := pipeline.ParseRate(c.Kafka.DLQMaxRate)
+	if err != nil {
+		return &config.Error{Key: "kafka.dlq_max_rate", Msg: err.Error()}
+	}
 	opts := pipeline.Options{
-		NewSource: NewSource(c, log), Producer: prod, Route: router.Route, Classify: kafka.Classify,
+		DLQBreaker: breaker,
+		NewSource:  NewSource(c, log), Producer: prod, Route: router.Route, Classify: kafka.Classify,
 		Store: store, DLQTopic: c.Kafka.DLQTopic, MaxInflight: c.Kafka.MaxInflight,
 		CommitInterval: c.Offsets.CommitInterval, ShutdownTimeout: c.ShutdownTimeout, Log: log, Metrics: m,
 		OnOpen: func() { m.SetUp(true) },

@@ -83,6 +83,7 @@ type Kafka struct {
 	Delivery    string        `yaml:"delivery"`
 	Compression string        `yaml:"compression"`
 	DLQTopic    string        `yaml:"dlq_topic"`
+	DLQMaxRate  string        `yaml:"dlq_max_rate"`
 	MaxInflight int           `yaml:"max_inflight"`
 	Linger      time.Duration `yaml:"linger"`
 	TLS         *TLS          `yaml:"tls"`

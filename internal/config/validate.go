@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/pipeline"
 	"github.com/outboxd/outboxd/transform/outbox"
 )
 
@@ -130,6 +131,9 @@ func (c *Config) Validate() error {
 	}
 	if err := outbox.ValidTopic(c.Kafka.DLQTopic); err != nil {
 		return &Error{Key: "kafka.dlq_topic", Msg: err.Error()}
+	}
+	if _, err := pipeline.ParseRate(c.Kafka.DLQMaxRate); err != nil {
+		return &Error{Key: "kafka.dlq_max_rate", Msg: err.Error()}
 	}
 	if c.Kafka.MaxInflight < 1 {
 		return &Error{Key: "kafka.max_inflight", Msg: "must be at least 1"}

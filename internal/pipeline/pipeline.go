@@ -44,6 +44,9 @@ type Options struct {
 	Classify  func(error) (permanent bool, reason string) // Kafka error → permanent (DLQ) or transient
 	Store     offsets.Store
 	DLQTopic  string
+	// DLQBreaker stops the pipeline when too many recent records were dead-lettered
+	// (kafka.dlq_max_rate); the zero value never trips.
+	DLQBreaker Breaker
 
 	MaxInflight     int           // unresolved records (default 10000)
 	MaxTxs          int           // uncommitted transactions (default 4*MaxInflight)
@@ -334,6 +337,7 @@ func (r *runner) handleOutcomes(ctx context.Context) error {
 		case f.err == nil:
 			if !f.dlq {
 				r.o.Metrics.Produced(f.rec.Topic, f.commitTime)
+				r.o.DLQBreaker.Record(false)
 			}
 			if err := r.tracker.Done(f.seq); err != nil {
 				return err
@@ -368,6 +372,11 @@ func (r *runner) deadLetter(ctx context.Context, f *inflight, stage, reason stri
 	r.log.Warn("dead-lettering record", "reason", reason, "stage", stage, "error", cause.Error(),
 		"topic", f.rec.Topic, "table", f.row.Table, "position", string(f.pos), "id", id)
 	r.o.Metrics.DeadLettered(reason)
+	if r.o.DLQBreaker.Record(true) {
+		return fmt.Errorf("kafka.dlq_max_rate exceeded: %d of the last %d records were dead-lettered (latest: %s: %v); stopping before storing past position %s — "+
+			"this looks like a misconfiguration (outbox.columns, outbox.topic, topic ACLs); fix it and restart, or raise kafka.dlq_max_rate",
+			r.o.DLQBreaker.Count(), r.o.DLQBreaker.Window, reason, cause, f.pos)
+	}
 	d := &inflight{seq: f.seq, rec: dl, row: f.row, pos: f.pos, dlq: true}
 	if err := r.o.Producer.Produce(ctx, &d.rec, r.doneFunc(d)); err != nil {
 		return fmt.Errorf("queue dead letter: %w", err)

@@ -306,3 +306,25 @@ func TestSourceErrorDrainsAndReopensFromStored(t *testing.T) {
 		t.Fatalf("%d records produced, want 3 (no duplicates after a drained reconnect)", p.count())
 	}
 }
+
+func TestDLQBreakerStopsThePipeline(t *testing.T) {
+	var txs []source.Tx
+	for i := 0; i < 20; i++ {
+		agg := "x"
+		if i >= 5 {
+			agg = "bad topic"
+		}
+		txs = append(txs, source.Tx{Position: offsets.Position(fmt.Sprintf("%02d", i)), Rows: []source.Row{row(fmt.Sprint(i), agg)}})
+	}
+	src := &fakeSource{txs: txs}
+	p, st := &fakeProducer{auto: true}, &memStore{}
+	o := options(src, p, st)
+	o.DLQBreaker, _ = ParseRate("3/10")
+	err := Run(context.Background(), o)
+	if err == nil || !strings.Contains(err.Error(), "kafka.dlq_max_rate exceeded: 4 of the last 10") {
+		t.Fatalf("err = %v", err)
+	}
+	if got := st.get(); got > "08" {
+		t.Fatalf("stored %s past the record that tripped the breaker (08)", got)
+	}
+}
