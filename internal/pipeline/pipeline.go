@@ -136,7 +136,18 @@ func (o *Options) defaults() {
 func Run(ctx context.Context, o Options) error {
 	o.defaults()
 	r := &runner{o: o, log: o.Log, tracker: offsets.NewTracker(o.MaxInflight, o.MaxTxs), wake: make(chan struct{}, 1)}
-	defer o.Producer.Close()
+	defer func() {
+		// After a fatal error records may still be in flight: bound the wait.
+		if sd, ok := o.Producer.(interface{ Shutdown(context.Context) error }); ok {
+			sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
+			defer cancel()
+			if err := sd.Shutdown(sctx); err != nil {
+				r.log.Warn("producer shutdown", "err", err)
+			}
+			return
+		}
+		o.Producer.Close()
+	}()
 	var err error
 	if r.stored, err = o.Store.Load(ctx); err != nil {
 		return fmt.Errorf("load stored position: %w", err)
