@@ -8,6 +8,10 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
 
 	"github.com/outboxd/outboxd/internal/config"
 	"github.com/outboxd/outboxd/internal/metrics"
@@ -116,9 +120,17 @@ func Run(ctx context.Context, c *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return &config.Error{Key: "kafka.dlq_max_rate", Msg: err.Error()}
 	}
+	newSource := NewSource(c, log)
+	var current atomic.Pointer[source.Source]
+	go reportLag(ctx, &current, m)
 	opts := pipeline.Options{
 		DLQBreaker: breaker,
-		NewSource:  NewSource(c, log), Producer: prod, Route: router.Route, Classify: kafka.Classify,
+		NewSource: func() source.Source {
+			s := newSource()
+			current.Store(&s)
+			return s
+		},
+		Producer: prod, Route: router.Route, Classify: kafka.Classify,
 		Store: store, DLQTopic: c.Kafka.DLQTopic, MaxInflight: c.Kafka.MaxInflight,
 		CommitInterval: c.Offsets.CommitInterval, ShutdownTimeout: c.ShutdownTimeout, Log: log, Metrics: m,
 		OnOpen: func() { m.SetUp(true) },
@@ -129,6 +141,30 @@ func Run(ctx context.Context, c *config.Config, log *slog.Logger) error {
 		return fmt.Errorf("%s", Scrub(err.Error(), secrets...))
 	}
 	return nil
+}
+
+// reportLag sets outboxd_source_lag_bytes from the PostgreSQL source's view of the server's WAL
+// end and the confirmed LSN, every few seconds.
+func reportLag(ctx context.Context, current *atomic.Pointer[source.Source], m *metrics.Metrics) {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if sp := current.Load(); sp != nil {
+			if pg, ok := (*sp).(interface {
+				Progress() (pglogrepl.LSN, pglogrepl.LSN)
+			}); ok {
+				end, conf := pg.Progress()
+				if end >= conf && conf > 0 {
+					m.SetLagBytes(int64(end - conf))
+				}
+			}
+		}
+	}
 }
 
 func secretsOf(c *config.Config) []string {
