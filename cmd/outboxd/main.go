@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/app"
 	"github.com/outboxd/outboxd/internal/config"
+	"github.com/outboxd/outboxd/offsets"
 )
 
 // Set by the build (-ldflags "-X main.version=... -X main.commit=...").
@@ -27,6 +28,15 @@ const usage = `outboxd — transactional outbox to Kafka
 
 Usage:
   outboxd run -c FILE       run the pipeline until SIGINT/SIGTERM
+  outboxd check -c FILE     preflight: one OK/FAIL line per prerequisite
+  outboxd offsets show -c FILE
+                            stored position and where the source is now
+  outboxd offsets set -c FILE --position POS
+                            replace the stored position (replay); refuses what the source cannot serve
+  outboxd dlq tail -c FILE [--follow] [--json]
+                            print dead-lettered records with their error headers
+  outboxd dlq replay -c FILE [--id EVENT_ID]... [--all]
+                            re-produce dead-lettered records to their original topic
   outboxd version           print version, commit and Go version
 
 Exit status: 0 clean stop, 1 runtime failure, 2 bad configuration or usage.
@@ -56,6 +66,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "run":
 		return runCmd(args[1:], stderr)
+	case "check":
+		return checkCmd(args[1:], stdout, stderr)
+	case "offsets":
+		return offsetsCmd(args[1:], stdout, stderr)
+	case "dlq":
+		return dlqCmd(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -68,6 +84,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 func loadConfig(name string, args []string, stderr io.Writer) (*config.Config, int) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	return parseAndLoad(fs, name, args, stderr)
+}
+
+// parseAndLoad parses fs (which gets a -c flag added) and loads the config it names.
+func parseAndLoad(fs *flag.FlagSet, name string, args []string, stderr io.Writer) (*config.Config, int) {
 	path := fs.String("c", "", "config file (YAML)")
 	if err := fs.Parse(args); err != nil {
 		return nil, 2
@@ -101,6 +122,56 @@ func runCmd(args []string, stderr io.Writer) int {
 	}
 	if errors.Is(ctx.Err(), context.Canceled) {
 		log.Info("outboxd stopped")
+	}
+	return 0
+}
+
+func checkCmd(args []string, stdout, stderr io.Writer) int {
+	cfg, code := loadConfig("check", args, stderr)
+	if cfg == nil {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if !app.Check(ctx, cfg, stdout) {
+		return 1
+	}
+	return 0
+}
+
+func offsetsCmd(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || (args[0] != "show" && args[0] != "set") {
+		fmt.Fprintf(stderr, "outboxd offsets: need show or set\n\n%s", usage)
+		return 2
+	}
+	fs := flag.NewFlagSet("offsets "+args[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var pos *string
+	if args[0] == "set" {
+		pos = fs.String("position", "", "position to store: an LSN, GTID set or binlog-file:pos")
+	}
+	cfg, code := parseAndLoad(fs, "offsets "+args[0], args[1:], stderr)
+	if cfg == nil {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	var err error
+	if args[0] == "show" {
+		err = app.OffsetsShow(ctx, cfg, stdout)
+	} else {
+		if *pos == "" {
+			fmt.Fprintln(stderr, "outboxd offsets set: --position is required")
+			return 2
+		}
+		err = app.OffsetsSet(ctx, cfg, offsets.Position(*pos), stdout)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "outboxd offsets %s: %v\n", args[0], err)
+		if config.IsConfigError(err) {
+			return 2
+		}
+		return 1
 	}
 	return 0
 }

@@ -79,8 +79,15 @@ func StartMariaDB(opts MariaDBOptions) (*MariaDB, error) {
 		return nil, err
 	}
 	m := &MariaDB{Dir: base, opts: opts}
-	args := []string{"--no-defaults", "--datadir=" + m.dataDir(), "--auth-root-authentication-method=normal",
-		"--skip-test-db", "--skip-name-resolve", "--innodb-log-file-size=8M", "--innodb-buffer-pool-size=16M"}
+	// A private tmpdir: the server names internal temp tables after its pid, and /tmp may be
+	// shared with servers in other pid namespaces (parallel CI jobs, containers).
+	if err := os.MkdirAll(filepath.Join(base, "tmp"), 0o750); err != nil {
+		os.RemoveAll(base)
+		return nil, err
+	}
+	args := []string{"--no-defaults", "--datadir=" + m.dataDir(), "--tmpdir=" + filepath.Join(base, "tmp"),
+		"--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve",
+		"--innodb-log-file-size=8M", "--innodb-buffer-pool-size=16M"}
 	if os.Geteuid() == 0 {
 		// mariadbd refuses to run as root unless told to; the data dir stays root-owned so the
 		// test process can remove it.
@@ -126,6 +133,7 @@ func (m *MariaDB) Start() error {
 		"--datadir=" + m.dataDir(),
 		"--port=" + strconv.Itoa(m.Port), "--bind-address=127.0.0.1", "--skip-networking=0",
 		"--socket=" + m.Socket(), "--pid-file=" + filepath.Join(m.Dir, "mariadb.pid"),
+		"--tmpdir=" + filepath.Join(m.Dir, "tmp"), // private: never share internal temp tables via /tmp
 		"--log-error=" + filepath.Join(m.Dir, "server.log"),
 		"--server-id=" + strconv.FormatUint(uint64(m.opts.ServerID), 10),
 		"--log-bin=mysql-bin", "--binlog-format=ROW", "--binlog-row-image=FULL",
@@ -140,6 +148,9 @@ func (m *MariaDB) Start() error {
 		args = append(args, "--user=root")
 	}
 	args = append(args, m.opts.Extra...)
+	if err := os.MkdirAll(filepath.Join(m.Dir, "tmp"), 0o750); err != nil {
+		return err
+	}
 	logf, err := os.OpenFile(filepath.Join(m.Dir, "stdout.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -228,7 +239,8 @@ func (m *MariaDB) Query(db, query string, args ...any) ([][]string, error) {
 				row[j] = "NULL"
 				continue
 			}
-			row[j], _ = r.GetString(i, j)
+			v, _ := r.GetString(i, j)
+			row[j] = strings.Clone(v) // go-mysql's strings alias memory that Close recycles
 		}
 		out = append(out, row)
 	}

@@ -1,0 +1,177 @@
+package mysql
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestTokenize(t *testing.T) {
+	got := tokenize("/*!40101 ALTER */ TABLE `a``b`.t -- x\n ADD c VARCHAR(3) DEFAULT 'it''s' COMMENT \"q\\\"\" # y\n/* gone */;")
+	var parts []string
+	for _, tk := range got {
+		parts = append(parts, tk.s)
+	}
+	want := "ALTER|TABLE|a`b|.|t|ADD|c|VARCHAR|(|3|)|DEFAULT|it's|COMMENT|q\"|;"
+	if s := strings.Join(parts, "|"); s != want {
+		t.Fatalf("tokens %s\nwant   %s", s, want)
+	}
+}
+
+func names(s *tableSchema) string {
+	if s == nil {
+		return "<dropped>"
+	}
+	var out []string
+	for _, c := range s.Cols {
+		x := c.Name + ":" + c.DataType
+		if c.Unsigned {
+			x += "+u"
+		}
+		if c.Charset != "" {
+			x += "/" + c.Charset
+		}
+		out = append(out, x)
+	}
+	return strings.Join(out, " ")
+}
+
+func baseSchema() *tableSchema {
+	return &tableSchema{DefaultCharset: "utf8mb4", Cols: []schemaCol{
+		{Name: "id", DataType: "binary", Charset: "binary"},
+		{Name: "aggregatetype", DataType: "varchar", Charset: "utf8mb4"},
+		{Name: "payload", DataType: "longtext", Charset: "utf8mb4"},
+	}}
+}
+
+func TestApplyDDL(t *testing.T) {
+	for _, tc := range []struct {
+		ddl  string
+		want string // "unknown" when the tracker must re-read information_schema
+	}{
+		{"ALTER TABLE outbox ADD COLUMN n INT UNSIGNED NOT NULL DEFAULT 0 AFTER id",
+			"id:binary/binary n:int+u aggregatetype:varchar/utf8mb4 payload:longtext/utf8mb4"},
+		{"alter table app.outbox add note text character set latin1 first, add column (a int, b bigint)",
+			"note:text/latin1 id:binary/binary aggregatetype:varchar/utf8mb4 payload:longtext/utf8mb4 a:int b:bigint"},
+		{"ALTER TABLE `outbox` DROP COLUMN aggregatetype, DROP INDEX foo, ADD KEY k (payload(10))",
+			"id:binary/binary payload:longtext/utf8mb4"},
+		{"ALTER TABLE outbox CHANGE aggregatetype agg VARCHAR(64) COLLATE latin1_bin AFTER payload",
+			"id:binary/binary payload:longtext/utf8mb4 agg:varchar/latin1"},
+		{"ALTER TABLE outbox MODIFY COLUMN aggregatetype VARCHAR(512) NOT NULL",
+			"id:binary/binary aggregatetype:varchar/utf8mb4 payload:longtext/utf8mb4"},
+		{"ALTER TABLE outbox RENAME COLUMN aggregatetype TO at, ALGORITHM=INPLACE, LOCK=NONE",
+			"id:binary/binary at:varchar/utf8mb4 payload:longtext/utf8mb4"},
+		{"ALTER TABLE outbox ADD COLUMN IF NOT EXISTS payload JSON, DROP COLUMN IF EXISTS nope",
+			"id:binary/binary aggregatetype:varchar/utf8mb4 payload:longtext/utf8mb4"},
+		{"ALTER TABLE outbox CONVERT TO CHARACTER SET latin1",
+			"id:binary/binary aggregatetype:varchar/latin1 payload:longtext/latin1"},
+		{"ALTER TABLE outbox DEFAULT CHARSET=latin1, ADD c CHAR(2)",
+			"id:binary/binary aggregatetype:varchar/utf8mb4 payload:longtext/utf8mb4 c:char/latin1"},
+		{"ALTER TABLE outbox ALTER COLUMN payload SET DEFAULT '{}', ENGINE=InnoDB, COMMENT 'x'",
+			"id:binary/binary aggregatetype:varchar/utf8mb4 payload:longtext/utf8mb4"},
+		{"ALTER TABLE outbox ADD COLUMN x INT AFTER missing", "unknown"},
+		{"ALTER TABLE outbox DROP COLUMN missing", "unknown"},
+		{"ALTER TABLE outbox PARTITION BY HASH(id) PARTITIONS 4", "id:binary/binary aggregatetype:varchar/utf8mb4 payload:longtext/utf8mb4"},
+		{"ALTER TABLE outbox SOMETHING NEW", "unknown"},
+	} {
+		st := parseDDL("app", tc.ddl, true)
+		if st.kind != ddlAlter {
+			t.Errorf("%s: kind %d", tc.ddl, st.kind)
+			continue
+		}
+		s := baseSchema()
+		ok := true
+		for _, op := range st.ops {
+			ok = ok && applyOp(s, op)
+		}
+		got := names(s)
+		if !ok {
+			got = "unknown"
+		}
+		if got != tc.want {
+			t.Errorf("%s:\n got  %s\n want %s", tc.ddl, got, tc.want)
+		}
+	}
+}
+
+func TestParseCreateDropRename(t *testing.T) {
+	st := parseDDL("app", "CREATE TABLE IF NOT EXISTS outbox (\n id CHAR(36) NOT NULL PRIMARY KEY,\n"+
+		" n INT(10) UNSIGNED ZEROFILL, e ENUM('a','b,c') DEFAULT 'a', j JSON CHECK (json_valid(j)),\n"+
+		" v NATIONAL VARCHAR(3), d DOUBLE PRECISION, s SERIAL,\n PRIMARY KEY (id), KEY k (n), CONSTRAINT c CHECK (n > 0)\n"+
+		") ENGINE=InnoDB DEFAULT CHARSET=latin1", true)
+	if st.kind != ddlCreate || st.table != (tableKey{"app", "outbox"}) {
+		t.Fatalf("%+v", st)
+	}
+	if got := names(st.create); got != "id:char n:int+u e:enum j:longtext/utf8mb4 v:varchar/utf8mb3 d:double s:bigint+u" {
+		t.Fatal(got)
+	}
+	if v := st.create.Cols[2].Values; len(v) != 2 || v[1] != "b,c" {
+		t.Fatal(v)
+	}
+	if st.create.DefaultCharset != "latin1" {
+		t.Fatal(st.create.DefaultCharset)
+	}
+	if st := parseDDL("app", "CREATE TABLE o2 LIKE other.outbox", false); st.kind != ddlCreateLike || st.like != (tableKey{"other", "outbox"}) {
+		t.Fatalf("%+v", st)
+	}
+	if st := parseDDL("app", "CREATE TABLE o2 AS SELECT * FROM outbox", false); st.kind != ddlUnknown {
+		t.Fatalf("%+v", st)
+	}
+	if st := parseDDL("app", "CREATE TEMPORARY TABLE outbox (id int)", false); st.kind != ddlNone {
+		t.Fatalf("%+v", st)
+	}
+	if st := parseDDL("app", "CREATE INDEX i ON outbox (id)", false); st.kind != ddlNone {
+		t.Fatalf("%+v", st)
+	}
+	st = parseDDL("x", "DROP TABLE IF EXISTS `app`.`outbox`, t2 /* generated by server */", false)
+	if st.kind != ddlDrop || len(st.tables) != 2 || st.tables[0] != (tableKey{"app", "outbox"}) || st.tables[1] != (tableKey{"x", "t2"}) {
+		t.Fatalf("%+v", st)
+	}
+	st = parseDDL("app", "RENAME TABLE outbox TO outbox_old, outbox_new TO outbox", false)
+	if st.kind != ddlRename || len(st.renames) != 2 || st.renames[1] != [2]tableKey{{"app", "outbox_new"}, {"app", "outbox"}} {
+		t.Fatalf("%+v", st)
+	}
+	if st := parseDDL("app", "INSERT INTO outbox VALUES (1)", false); st.kind != ddlNone {
+		t.Fatalf("%+v", st)
+	}
+}
+
+func TestTrackerFollowsDDL(t *testing.T) {
+	loads := 0
+	current := baseSchema()
+	k := tableKey{"app", "outbox"}
+	tr := newSchemaTracker(map[tableKey]string{k: "app.outbox"}, func(tableKey) (*tableSchema, error) {
+		loads++
+		return current.clone(), nil
+	}, true, testLogger())
+	if _, err := tr.schema(k); err != nil {
+		t.Fatal(err)
+	}
+	step := func(q, want string, wantLoads int) {
+		t.Helper()
+		if err := tr.onQuery("app", q, "test"); err != nil {
+			t.Fatal(err)
+		}
+		if got := names(tr.tables[k]); got != want {
+			t.Fatalf("after %q:\n got  %s\n want %s", q, got, want)
+		}
+		if loads != wantLoads {
+			t.Fatalf("after %q: %d information_schema reads, want %d", q, loads, wantLoads)
+		}
+	}
+	step("ALTER TABLE other ADD x INT", "id:binary/binary aggregatetype:varchar/utf8mb4 payload:longtext/utf8mb4", 1)
+	step("ALTER TABLE outbox ADD x INT FIRST", "x:int id:binary/binary aggregatetype:varchar/utf8mb4 payload:longtext/utf8mb4", 1)
+	// outbox_new is not tracked: the new outbox is re-read from information_schema.
+	step("RENAME TABLE outbox TO outbox_old, outbox_new TO outbox", "id:binary/binary aggregatetype:varchar/utf8mb4 payload:longtext/utf8mb4", 2)
+	step("RENAME TABLE outbox TO outbox_old", "<dropped>", 2)
+	step("RENAME TABLE outbox_old TO outbox", "id:binary/binary aggregatetype:varchar/utf8mb4 payload:longtext/utf8mb4", 2)
+	current = &tableSchema{Cols: []schemaCol{{Name: "a", DataType: "int"}}}
+	step("ALTER TABLE outbox ADD b INT", "id:binary/binary aggregatetype:varchar/utf8mb4 payload:longtext/utf8mb4 b:int", 2)
+	step("DROP TABLE outbox", "<dropped>", 2)
+	step("CREATE TABLE outbox (a INT, t TEXT) DEFAULT CHARSET latin1", "a:int t:text/latin1", 2)
+	step("ALTER TABLE outbox WEIRD STUFF", "a:int", 3) // not understood: re-read
+	v := tr.version
+	step("INSERT INTO outbox VALUES (1)", "a:int", 3)
+	if tr.version != v {
+		t.Fatal("a DML statement changed the schema version")
+	}
+}

@@ -1,0 +1,280 @@
+package mysql
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/google/uuid"
+
+	"github.com/outboxd/outboxd/offsets"
+)
+
+// posKind is the form of a position text.
+type posKind int
+
+const (
+	kindNone      posKind = iota // the empty position
+	kindFile                     // "mysql-bin.000003:1234"
+	kindMariaGTID                // "0-1-42" or "0-1-42,1-2-7" (one GTID per replication domain)
+	kindMySQLGTID                // "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-42[,...]"
+)
+
+func (k posKind) String() string {
+	switch k {
+	case kindFile:
+		return "binlog file:pos"
+	case kindMariaGTID:
+		return "MariaDB GTID"
+	case kindMySQLGTID:
+		return "MySQL GTID set"
+	}
+	return "empty"
+}
+
+// mariaGTIDs is a MariaDB GTID position: the last GTID of each replication domain, sorted by
+// domain id.
+type mariaGTIDs []gomysql.MariadbGTID
+
+func (g mariaGTIDs) String() string {
+	var b []byte
+	for i, x := range g {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendUint(b, uint64(x.DomainID), 10)
+		b = append(b, '-')
+		b = strconv.AppendUint(b, uint64(x.ServerID), 10)
+		b = append(b, '-')
+		b = strconv.AppendUint(b, x.SequenceNumber, 10)
+	}
+	return string(b)
+}
+
+// set records gtid as the last one of its domain and returns the updated position.
+func (g mariaGTIDs) set(gtid gomysql.MariadbGTID) mariaGTIDs {
+	i, found := slices.BinarySearchFunc(g, gtid.DomainID, func(x gomysql.MariadbGTID, d uint32) int {
+		return int(int64(x.DomainID) - int64(d))
+	})
+	if found {
+		g[i] = gtid
+		return g
+	}
+	return slices.Insert(g, i, gtid)
+}
+
+func (g mariaGTIDs) seq(domain uint32) (uint64, bool) {
+	for _, x := range g {
+		if x.DomainID == domain {
+			return x.SequenceNumber, true
+		}
+	}
+	return 0, false
+}
+
+// position is a parsed position text.
+type position struct {
+	kind  posKind
+	file  string
+	pos   uint32
+	maria mariaGTIDs
+	mysql *gomysql.MysqlGTIDSet
+}
+
+func (p position) String() string {
+	switch p.kind {
+	case kindFile:
+		return p.file + ":" + strconv.FormatUint(uint64(p.pos), 10)
+	case kindMariaGTID:
+		return p.maria.String()
+	case kindMySQLGTID:
+		return p.mysql.String()
+	}
+	return ""
+}
+
+// parsePosition reads a position text in any of the three forms. The empty text is kindNone.
+func parsePosition(s offsets.Position) (position, error) {
+	t := strings.TrimSpace(string(s))
+	if t == "" {
+		return position{kind: kindNone}, nil
+	}
+	if i := strings.IndexByte(t, ':'); i == 36 {
+		if _, err := uuid.Parse(t[:i]); err == nil {
+			set, err := gomysql.ParseMysqlGTIDSet(strings.ReplaceAll(t, "\n", ""))
+			if err != nil {
+				return position{}, fmt.Errorf("position %q: invalid MySQL GTID set: %v", t, err)
+			}
+			return position{kind: kindMySQLGTID, mysql: set.(*gomysql.MysqlGTIDSet)}, nil
+		}
+	}
+	if isMariaGTIDText(t) {
+		var g mariaGTIDs
+		for _, part := range strings.Split(t, ",") {
+			x, err := gomysql.ParseMariadbGTID(part)
+			if err != nil {
+				return position{}, fmt.Errorf("position %q: %v", t, err)
+			}
+			if _, dup := g.seq(x.DomainID); dup {
+				return position{}, fmt.Errorf("position %q: domain %d appears twice", t, x.DomainID)
+			}
+			g = g.set(*x)
+		}
+		return position{kind: kindMariaGTID, maria: g}, nil
+	}
+	if i := strings.LastIndexByte(t, ':'); i > 0 {
+		n, err := strconv.ParseUint(t[i+1:], 10, 32)
+		if err == nil && !strings.ContainsAny(t[:i], ":/ ") {
+			return position{kind: kindFile, file: t[:i], pos: uint32(n)}, nil
+		}
+	}
+	return position{}, fmt.Errorf("position %q is neither a GTID set (MariaDB 0-1-42, MySQL uuid:1-42) nor binlog-file:pos", t)
+}
+
+func isMariaGTIDText(t string) bool {
+	for _, part := range strings.Split(t, ",") {
+		f := strings.Split(part, "-")
+		if len(f) != 3 {
+			return false
+		}
+		for _, x := range f {
+			if x == "" || strings.Trim(x, "0123456789") != "" {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// ComparePosition orders two positions handed out by this source: -1 if a is before b, 0 if
+// equal, 1 if after.
+//
+//   - binlog file:pos: by file sequence number (the numeric extension), then offset.
+//   - MariaDB GTID: per replication domain by sequence number (a missing domain counts as 0).
+//     If every domain of a is at or before b's, a is before (or equal to) b; symmetrically for
+//     after. Positions that are ahead in one domain and behind in another are ordered by the sum
+//     of their sequence numbers (only possible with several domains).
+//   - MySQL GTID set: by inclusion (a ⊂ b means before); sets that are not nested are ordered by
+//     the number of transactions they contain.
+//
+// The empty position is before every other one. Positions of different forms, or texts that do
+// not parse, compare as plain strings: one source never hands out such a mix.
+func ComparePosition(a, b offsets.Position) int {
+	if a == b {
+		return 0
+	}
+	pa, ea := parsePosition(a)
+	pb, eb := parsePosition(b)
+	switch {
+	case ea != nil || eb != nil:
+		return strings.Compare(string(a), string(b))
+	case pa.kind == kindNone:
+		return -1
+	case pb.kind == kindNone:
+		return 1
+	case pa.kind != pb.kind:
+		return strings.Compare(string(a), string(b))
+	}
+	switch pa.kind {
+	case kindFile:
+		if c := compareBinlogFile(pa.file, pb.file); c != 0 {
+			return c
+		}
+		return cmpInt(uint64(pa.pos), uint64(pb.pos))
+	case kindMariaGTID:
+		return compareMaria(pa.maria, pb.maria)
+	default:
+		return compareMySQLSets(pa.mysql, pb.mysql)
+	}
+}
+
+func cmpInt(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// compareBinlogFile orders binlog file names by base name, then numeric extension.
+func compareBinlogFile(a, b string) int {
+	ab, an := splitBinlogName(a)
+	bb, bn := splitBinlogName(b)
+	if ab != bb {
+		return strings.Compare(ab, bb)
+	}
+	return cmpInt(an, bn)
+}
+
+func splitBinlogName(n string) (string, uint64) {
+	i := strings.LastIndexByte(n, '.')
+	if i < 0 {
+		return n, 0
+	}
+	seq, err := strconv.ParseUint(n[i+1:], 10, 64)
+	if err != nil {
+		return n, 0
+	}
+	return n[:i], seq
+}
+
+func compareMaria(a, b mariaGTIDs) int {
+	less, more := false, false
+	var sa, sb uint64
+	domains := map[uint32]bool{}
+	for _, x := range a {
+		domains[x.DomainID] = true
+		sa += x.SequenceNumber
+	}
+	for _, x := range b {
+		domains[x.DomainID] = true
+		sb += x.SequenceNumber
+	}
+	for d := range domains {
+		x, _ := a.seq(d)
+		y, _ := b.seq(d)
+		if x < y {
+			less = true
+		} else if x > y {
+			more = true
+		}
+	}
+	switch {
+	case less && !more:
+		return -1
+	case more && !less:
+		return 1
+	case !less && !more:
+		return 0
+	}
+	return cmpInt(sa, sb)
+}
+
+func compareMySQLSets(a, b *gomysql.MysqlGTIDSet) int {
+	ab, ba := b.Contain(a), a.Contain(b)
+	switch {
+	case ab && ba:
+		return 0
+	case ab:
+		return -1
+	case ba:
+		return 1
+	}
+	return cmpInt(countMySQL(a), countMySQL(b))
+}
+
+func countMySQL(s *gomysql.MysqlGTIDSet) uint64 {
+	var n uint64
+	for _, tags := range *s {
+		for _, ivs := range tags {
+			for _, iv := range ivs {
+				n += uint64(iv.Stop - iv.Start)
+			}
+		}
+	}
+	return n
+}

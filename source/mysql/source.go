@@ -1,0 +1,437 @@
+// Package mysql is the MySQL / MariaDB binlog source: it reads the server's binary log as a
+// replica (go-mysql's BinlogSyncer) and hands the pipeline the INSERTs into the configured outbox
+// tables, one whole transaction at a time, in commit order.
+//
+// Positions (offsets.Position) are GTID positions when the server has GTIDs — MariaDB
+// "domain-server-seq" per domain ("0-1-42", "0-1-42,1-2-7"), MySQL executed sets
+// ("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-42") — else "binlog-file:pos" ("mysql-bin.000003:1234",
+// the offset just after the transaction). See Config.UseGTID and ComparePosition.
+//
+// Column names come from the binlog itself when the server logs binlog_row_metadata=FULL;
+// otherwise from information_schema, tracked across DDL along the stream (see schemaTracker).
+// Open logs which of the two is in use.
+//
+// Idle progress: a transaction that touched no outbox table yields a Tx without rows at most once
+// per Config.IdleProgressInterval, and an idle server's heartbeat yields one whenever the position
+// moved; so stored offsets keep up with a busy server that writes no outbox rows.
+//
+// Not supported: XA transactions (their rows are dropped with a warning: the binlog splits them
+// at XA PREPARE), charsets other than utf8mb3/utf8mb4/ascii/latin1/binary (bytes are passed
+// through unconverted), and multi-source MariaDB setups where one captured table is written in
+// several GTID domains (positions still work; ComparePosition is then only a heuristic).
+package mysql
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
+)
+
+// ErrClosed is returned by Next after Close.
+var ErrClosed = errors.New("mysql source closed")
+
+// Source is a binlog source. It implements source.Source; see that contract. Specific here:
+//
+//   - Open fails when the stored position's binlog was purged (the message names the missing
+//     file or GTID and how to recover), when the server's binlog settings make capture
+//     impossible (log_bin, binlog_format=ROW, binlog_row_image=FULL), and on connection or
+//     privilege errors (REPLICATION SLAVE / REPLICATION CLIENT, or BINLOG MONITOR on MariaDB).
+//   - Next delivers transactions with outbox inserts at their XID (or COMMIT) event, and empty
+//     idle-progress transactions (see assembler). A lost connection is re-established from
+//     the last transaction boundary, for up to Config.ReconnectTimeout.
+//   - Confirm records the position and returns: MySQL keeps no server-side cursor for a
+//     replica, so there is nothing to tell the server. Retention is the server's binlog expiry.
+type Source struct {
+	cfg      Config
+	log      *slog.Logger
+	dsn      dsn
+	captured map[tableKey]string
+	byDB     map[string]map[string]bool // captured, for allocation-free lookups by byte slices
+	cfgErr   error
+
+	info    serverInfo
+	asm     *assembler
+	mu      sync.Mutex // guards closed, syncer and stop (Close may run concurrently with Next)
+	closed  bool
+	syncer  *replication.BinlogSyncer
+	stream  *replication.BinlogStreamer
+	stop    chan struct{} // stops the current stream's watchdog
+	live    liveness
+	confirm atomic.Pointer[offsets.Position]
+}
+
+var _ source.Source = (*Source)(nil)
+
+// New returns an unopened source. Configuration errors are reported by Open.
+func New(cfg Config, log *slog.Logger) *Source {
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Source{cfg: cfg.withDefaults(), log: log.With("source", "mysql")}
+	s.dsn, s.cfgErr = parseDSN(cfg.DSN)
+	if s.cfgErr == nil {
+		s.captured, s.cfgErr = parseTables(cfg.Tables, s.dsn.DB)
+	}
+	s.byDB = map[string]map[string]bool{}
+	for k := range s.captured {
+		if s.byDB[k.DB] == nil {
+			s.byDB[k.DB] = map[string]bool{}
+		}
+		s.byDB[k.DB][k.Table] = true
+	}
+	if s.cfgErr == nil && cfg.ServerID == 0 {
+		s.cfgErr = errors.New("source.mysql.server_id is 0: set a replica id that no other replica of the server uses")
+	}
+	return s
+}
+
+// Open connects, checks the server and the start position, and starts streaming after from
+// (an empty from starts at the server's current binlog end).
+func (s *Source) Open(ctx context.Context, from offsets.Position) error {
+	if s.cfgErr != nil {
+		return s.cfgErr
+	}
+	start, err := parsePosition(from)
+	if err != nil {
+		return fmt.Errorf("stored position: %w", err)
+	}
+	c, err := connect(ctx, s.dsn)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if s.info, err = readServerInfo(c); err != nil {
+		return fmt.Errorf("read server settings from %s: %w", s.dsn.Redacted(), err)
+	}
+	if err := s.info.checkPrerequisites(); err != nil {
+		return err
+	}
+	kind, err := s.positionKind(start)
+	if err != nil {
+		return err
+	}
+	if start.kind == kindNone {
+		if start, err = currentPosition(c, kind); err != nil {
+			return err
+		}
+	} else if err := checkServable(c, start); err != nil {
+		return err
+	}
+
+	// The tracker is also there in FULL mode, for events written before the server logged
+	// column names; it then reads information_schema only if such an event shows up.
+	tracker := newSchemaTracker(s.captured, s.loadSchema, s.info.mariadb, s.log)
+	names := "binlog (binlog_row_metadata=FULL)"
+	if s.info.rowMetadata != "FULL" {
+		names = fmt.Sprintf("information_schema, tracked across DDL (binlog_row_metadata=%s; FULL is recommended)", orNone(s.info.rowMetadata))
+		for k := range s.captured {
+			sch, err := tracker.schema(k)
+			if err != nil {
+				return err
+			}
+			if sch == nil {
+				s.log.Warn("captured table does not exist (yet); its schema is taken from its CREATE TABLE", "table", k.String())
+			}
+		}
+	}
+	s.asm = newAssembler(start, s.captured, tracker, s.info.mariadb, s.cfg.IdleProgressInterval, s.log)
+	s.log.Info("mysql source opening", "server", s.dsn.Redacted(), "version", s.info.version,
+		"flavor", s.info.flavor(), "positions", kind.String(), "from", start.String(), "column_names", names,
+		"server_id", s.cfg.ServerID)
+	return s.startStream(ctx, start)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "not supported by this server"
+	}
+	return s
+}
+
+// positionKind decides the position form: a stored position keeps its form; otherwise GTIDs
+// when the server has them and UseGTID allows.
+func (s *Source) positionKind(start position) (posKind, error) {
+	gtids := s.info.mariadb || s.info.gtidMode == "ON"
+	switch start.kind {
+	case kindMariaGTID:
+		if !s.info.mariadb {
+			return 0, fmt.Errorf("stored position %s is a MariaDB GTID but the server is MySQL %s", start, s.info.version)
+		}
+		return kindMariaGTID, nil
+	case kindMySQLGTID:
+		if s.info.mariadb || !gtids {
+			return 0, fmt.Errorf("stored position %s is a MySQL GTID set but the server (%s) has no MySQL GTIDs (gtid_mode=%s)", start, s.info.version, s.info.gtidMode)
+		}
+		return kindMySQLGTID, nil
+	case kindFile:
+		return kindFile, nil
+	}
+	if s.cfg.UseGTID != nil && !*s.cfg.UseGTID {
+		return kindFile, nil
+	}
+	if !gtids {
+		if s.cfg.UseGTID != nil {
+			return 0, fmt.Errorf("source.mysql asks for GTID positions but the server has gtid_mode=%s: enable GTIDs or drop the setting", s.info.gtidMode)
+		}
+		return kindFile, nil
+	}
+	if s.info.mariadb {
+		return kindMariaGTID, nil
+	}
+	return kindMySQLGTID, nil
+}
+
+// loadSchema reads one table's schema from information_schema on a fresh connection.
+func (s *Source) loadSchema(k tableKey) (*tableSchema, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := connect(ctx, s.dsn)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	rows, err := query(c, loadSchemaQuery, k.DB, k.Table)
+	if err != nil {
+		return nil, err
+	}
+	return schemaFromRows(rows), nil
+}
+
+// decodeRows is go-mysql's RowsEventDecodeFunc: only inserts into captured tables have their
+// row data decoded; other rows events stop after the header.
+func (s *Source) decodeRows(e *replication.RowsEvent, data []byte) error {
+	pos, err := e.DecodeHeader(data)
+	if err != nil {
+		return err
+	}
+	if e.Type() != replication.EnumRowsEventTypeInsert {
+		return nil
+	}
+	if !s.byDB[string(e.Table.Schema)][string(e.Table.Table)] {
+		return nil
+	}
+	return e.DecodeData(pos, data)
+}
+
+// startStream registers as a replica and starts the binlog dump from start, waiting for the
+// server to accept it (its first FormatDescriptionEvent) so that a refused position fails here.
+func (s *Source) startStream(ctx context.Context, start position) error {
+	quiet := slog.New(debugLevel{s.log.Handler()}).With("component", "go-mysql")
+	host, port := s.dsn.Addr, uint16(0)
+	if s.dsn.Net == "tcp" {
+		host, port = s.dsn.Host(), s.dsn.port()
+	}
+	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
+		ServerID: s.cfg.ServerID, Flavor: s.info.flavor(), Host: host, Port: port,
+		User: s.dsn.User, Password: s.dsn.Password, TLSConfig: s.dsn.TLSConfig(), Localhost: "outboxd",
+		TimestampStringLocation: time.UTC, RenderJSONAsMySQLText: true,
+		// No ReadTimeout: go-mysql would set a socket deadline for every packet (a fifth of the
+		// CPU time of a drain); the watchdog detects a silent connection instead.
+		HeartbeatPeriod: s.cfg.HeartbeatPeriod, DiscardGTIDSet: true,
+		DisableRetrySync: true, EventCacheCount: 1024, Logger: quiet,
+		RowsEventDecodeFunc: s.decodeRows, FillZeroLogPos: s.info.mariadb,
+	})
+	var (
+		stream *replication.BinlogStreamer
+		err    error
+	)
+	switch start.kind {
+	case kindFile:
+		stream, err = syncer.StartSync(gomysql.Position{Name: start.file, Pos: start.pos})
+	case kindMariaGTID:
+		var set gomysql.GTIDSet
+		if set, err = gomysql.ParseMariadbGTIDSet(start.maria.String()); err == nil {
+			stream, err = syncer.StartSyncGTID(set)
+		}
+	case kindMySQLGTID:
+		stream, err = syncer.StartSyncGTID(start.mysql.Clone())
+	}
+	if err != nil {
+		syncer.Close()
+		return fmt.Errorf("start binlog stream at %s on %s: %w", start, s.dsn.Redacted(), explainStreamError(cause(err), start))
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		syncer.Close()
+		return ErrClosed
+	}
+	s.syncer, s.stream, s.stop = syncer, stream, make(chan struct{})
+	go s.watch(syncer, s.stop, 3*s.cfg.HeartbeatPeriod+2*time.Second)
+	s.mu.Unlock()
+
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	s.asm.sawFDE = false
+	for !s.asm.sawFDE {
+		ev, err := stream.GetEvent(wctx)
+		if err != nil {
+			if s.isClosed() {
+				return ErrClosed
+			}
+			s.closeSyncer()
+			return fmt.Errorf("start binlog stream at %s: %w", start, explainStreamError(cause(err), start))
+		}
+		if err := s.asm.handle(ev); err != nil {
+			s.closeSyncer()
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Source) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// Next returns the next transaction (see Source and source.Source).
+func (s *Source) Next(ctx context.Context) (source.Tx, error) {
+	if s.asm == nil {
+		return source.Tx{}, errors.New("mysql source: Next before Open")
+	}
+	for {
+		if tx, ok := s.asm.pop(); ok {
+			return tx, nil
+		}
+		s.mu.Lock()
+		stream, closed := s.stream, s.closed
+		s.mu.Unlock()
+		if closed {
+			return source.Tx{}, ErrClosed
+		}
+		if stream == nil {
+			return source.Tx{}, errors.New("mysql source: Next without a successful Open")
+		}
+		s.live.waiting.Store(true)
+		ev, err := stream.GetEvent(ctx)
+		s.live.waiting.Store(false)
+		if err != nil {
+			if ctx.Err() != nil {
+				return source.Tx{}, ctx.Err()
+			}
+			if s.isClosed() {
+				return source.Tx{}, ErrClosed
+			}
+			if err := s.recover(ctx, err); err != nil {
+				return source.Tx{}, err
+			}
+			continue
+		}
+		s.live.events.Add(1)
+		if err := s.asm.handle(ev); err != nil {
+			return source.Tx{}, err
+		}
+	}
+}
+
+// recover handles a stream error: server errors and undecodable events are final; a lost
+// connection is re-established from the last transaction boundary until ReconnectTimeout.
+func (s *Source) recover(ctx context.Context, streamErr error) error {
+	streamErr = cause(streamErr)
+	resume := s.asm.resume()
+	if fatalServerError(streamErr) {
+		return explainStreamError(streamErr, resume)
+	}
+	var evErr *replication.EventError
+	if errors.As(streamErr, &evErr) {
+		return fmt.Errorf("binlog event at %s:%d cannot be decoded: %w", s.asm.file, evErr.Header.LogPos, streamErr)
+	}
+	s.log.Warn("binlog connection lost; reconnecting from the last transaction boundary", "error", streamErr.Error(), "from", resume.String())
+	deadline := time.Now().Add(s.cfg.ReconnectTimeout)
+	backoff := 200 * time.Millisecond
+	for {
+		s.closeSyncer()
+		s.asm.dropPartial()
+		err := s.startStream(ctx, s.asm.resume())
+		if err == nil {
+			s.log.Info("binlog connection re-established", "from", resume.String())
+			return nil
+		}
+		if errors.Is(err, ErrClosed) || fatalServerError(err) || ctx.Err() != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("binlog connection lost (%v) and not re-established within %s: %w", streamErr, s.cfg.ReconnectTimeout, err)
+		}
+		s.log.Warn("binlog reconnect failed; retrying", "error", err.Error(), "in", backoff)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func (s *Source) closeSyncer() {
+	s.mu.Lock()
+	sy := s.syncer
+	s.syncer = nil
+	s.stopWatch()
+	s.mu.Unlock()
+	if sy != nil {
+		sy.Close()
+	}
+}
+
+// Confirm records p as delivered. MySQL has no replica cursor to advance, so this never
+// blocks and never fails; the server's binlog expiry alone decides retention.
+func (s *Source) Confirm(_ context.Context, p offsets.Position) error {
+	s.confirm.Store(&p)
+	return nil
+}
+
+// Confirmed returns the last position passed to Confirm ("" if none).
+func (s *Source) Confirmed() offsets.Position {
+	if p := s.confirm.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// Close stops the binlog stream and releases the connection. A Next blocked concurrently
+// returns ErrClosed. Close is idempotent.
+func (s *Source) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	sy := s.syncer
+	s.syncer = nil
+	s.stopWatch()
+	s.mu.Unlock()
+	if sy != nil {
+		sy.Close()
+	}
+	return nil
+}
+
+// debugLevel logs go-mysql's records at debug level: it logs every connection step, and
+// reports failures that this package returns or logs itself with more context.
+type debugLevel struct{ slog.Handler }
+
+func (h debugLevel) Enabled(ctx context.Context, _ slog.Level) bool {
+	return h.Handler.Enabled(ctx, slog.LevelDebug)
+}
+
+func (h debugLevel) Handle(ctx context.Context, r slog.Record) error {
+	r.Level = slog.LevelDebug
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h debugLevel) WithAttrs(a []slog.Attr) slog.Handler { return debugLevel{h.Handler.WithAttrs(a)} }
+func (h debugLevel) WithGroup(n string) slog.Handler      { return debugLevel{h.Handler.WithGroup(n)} }

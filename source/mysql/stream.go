@@ -1,0 +1,315 @@
+package mysql
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"time"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+	"github.com/google/uuid"
+
+	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
+)
+
+// assembler turns the binlog event stream into whole transactions, in commit order, each with
+// the position just after it. It does no I/O of its own (the schema tracker may read
+// information_schema when a DDL cannot be followed).
+//
+// Transaction boundaries: a transaction starts at BEGIN (a Query event; MySQL) or at a MariaDB
+// GTID event without the standalone flag, and ends at its XID event, or at a COMMIT Query
+// event (non-transactional engines), or at ROLLBACK (logged when a transaction that touched a
+// non-transactional table rolls back: its rows are dropped). A Query event outside a
+// transaction (DDL) is a transaction of its own. The position advances only at those ends,
+// never inside a transaction.
+//
+// Idle progress: a transaction without outbox rows produces a Tx without rows only when at
+// least idleEvery has passed since the last Tx handed out; a heartbeat produces one whenever
+// the position moved since the last Tx. So a busy server with no outbox traffic yields at most
+// one empty Tx per idleEvery, and an idle one one per heartbeat.
+type assembler struct {
+	kind      posKind
+	captured  map[string]map[string]string // db -> table -> name as configured
+	tracker   *schemaTracker               // column names when TableMapEvents carry none
+	mariadb   bool
+	idleEvery time.Duration
+	now       func() time.Time
+	log       *slog.Logger
+
+	// State after the last transaction end seen (handed out or not).
+	file      string // current binlog file
+	pos       uint32 // file mode: offset just after the last transaction
+	maria     mariaGTIDs
+	mysql     *gomysql.MysqlGTIDSet
+	committed offsets.Position
+	emitted   offsets.Position // position of the last Tx handed out (or the start position)
+	lastEmit  time.Time
+
+	// The transaction being read.
+	inTx       bool
+	mariaGTID  gomysql.MariadbGTID
+	hasMaria   bool
+	sid        uuid.UUID
+	tag        gomysql.Tag
+	gno        int64
+	hasMySQL   bool
+	commitTime time.Time
+	rows       []source.Row
+
+	descs  map[string]*tableDesc // by configured table name
+	ready  []source.Tx
+	sawFDE bool
+}
+
+func newAssembler(start position, captured map[tableKey]string, tracker *schemaTracker, mariadb bool, idleEvery time.Duration, log *slog.Logger) *assembler {
+	a := &assembler{kind: start.kind, captured: map[string]map[string]string{}, tracker: tracker, mariadb: mariadb,
+		idleEvery: idleEvery, now: time.Now, log: log, descs: map[string]*tableDesc{},
+		file: start.file, pos: start.pos, maria: start.maria, mysql: start.mysql}
+	for k, name := range captured {
+		if a.captured[k.DB] == nil {
+			a.captured[k.DB] = map[string]string{}
+		}
+		a.captured[k.DB][k.Table] = name
+	}
+	if a.kind == kindMySQLGTID && a.mysql == nil {
+		s, _ := gomysql.ParseMysqlGTIDSet("")
+		a.mysql = s.(*gomysql.MysqlGTIDSet)
+	}
+	a.committed = offsets.Position(start.String())
+	a.emitted = a.committed
+	a.lastEmit = a.now()
+	return a
+}
+
+// resume returns the position to reconnect from: the end of the last transaction seen.
+func (a *assembler) resume() position {
+	p := position{kind: a.kind, file: a.file, pos: a.pos, maria: slices.Clone(a.maria), mysql: a.mysql}
+	if a.kind == kindMySQLGTID {
+		p.mysql = a.mysql.Clone().(*gomysql.MysqlGTIDSet)
+	}
+	return p
+}
+
+// dropPartial forgets the transaction being read (the connection was lost inside it; it is
+// read again from its start after reconnecting).
+func (a *assembler) dropPartial() {
+	a.inTx, a.hasMaria, a.hasMySQL, a.rows, a.commitTime = false, false, false, nil, time.Time{}
+}
+
+// pop returns the next finished transaction, if any.
+func (a *assembler) pop() (source.Tx, bool) {
+	if len(a.ready) == 0 {
+		return source.Tx{}, false
+	}
+	tx := a.ready[0]
+	a.ready[0] = source.Tx{}
+	a.ready = a.ready[1:]
+	return tx, true
+}
+
+func (a *assembler) name(db, table []byte) (string, bool) {
+	n, ok := a.captured[string(db)][string(table)]
+	return n, ok
+}
+
+// handle consumes one event; finished transactions are queued for pop.
+func (a *assembler) handle(ev *replication.BinlogEvent) error {
+	h := ev.Header
+	switch e := ev.Event.(type) {
+	case *replication.FormatDescriptionEvent:
+		a.sawFDE = true
+	case *replication.RotateEvent:
+		next := string(e.NextLogName)
+		if h.Timestamp != 0 || next != a.file {
+			// A real rotate (or the first announcement of a new file): the next event is at
+			// Position in file next, and everything before it has been read.
+			a.file = next
+			if a.kind == kindFile && !a.inTx {
+				a.pos = uint32(e.Position)
+				a.committed = offsets.Position(a.file + ":" + strconv.FormatUint(uint64(a.pos), 10))
+			}
+		}
+	case *replication.MariadbGTIDEvent:
+		a.mariaGTID, a.hasMaria = e.GTID, true
+		if !e.IsStandalone() {
+			a.begin(h)
+		}
+	case *replication.GTIDEvent:
+		a.mysqlGTID(e)
+	case *replication.GtidTaggedLogEvent:
+		a.mysqlGTID(&e.GTIDEvent)
+	case *replication.QueryEvent:
+		return a.query(h, e)
+	case *replication.TableMapEvent:
+		// Descriptions are built lazily, at the first captured row using the layout.
+	case *replication.RowsEvent:
+		return a.rowsEvent(h, e)
+	case *replication.XIDEvent:
+		return a.commit(h)
+	case *replication.TransactionPayloadEvent:
+		for _, inner := range e.Events {
+			if err := a.handle(inner); err != nil {
+				return err
+			}
+		}
+	case *replication.HeartbeatEvent:
+		if !a.inTx && a.committed != a.emitted {
+			a.idle()
+		}
+	}
+	return nil
+}
+
+func (a *assembler) mysqlGTID(e *replication.GTIDEvent) {
+	if u, err := uuid.FromBytes(e.SID); err == nil && u != uuid.Nil && e.GNO > 0 {
+		a.sid, a.tag, a.gno, a.hasMySQL = u, e.Tag, e.GNO, true
+	}
+	a.commitTime = e.ImmediateCommitTime()
+}
+
+func (a *assembler) begin(h *replication.EventHeader) {
+	if len(a.rows) > 0 {
+		a.log.Warn("binlog transaction without an end; its rows are dropped", "file", a.file, "log_pos", h.LogPos)
+	}
+	a.inTx, a.rows = true, nil
+}
+
+var (
+	qBegin    = []byte("BEGIN")
+	qCommit   = []byte("COMMIT")
+	qRollback = []byte("ROLLBACK")
+)
+
+func (a *assembler) query(h *replication.EventHeader, e *replication.QueryEvent) error {
+	q := bytes.TrimRight(bytes.TrimSpace(e.Query), ";")
+	switch {
+	case bytes.EqualFold(q, qBegin):
+		a.begin(h)
+		return nil
+	case bytes.EqualFold(q, qCommit):
+		return a.commit(h)
+	case bytes.EqualFold(q, qRollback):
+		if len(a.rows) > 0 {
+			a.log.Warn("binlog transaction ends in ROLLBACK (it touched a non-transactional table); its outbox rows are not published",
+				"rows", len(a.rows), "file", a.file, "log_pos", h.LogPos)
+		}
+		a.rows = nil
+		return a.commit(h)
+	case a.inTx:
+		return nil // SAVEPOINT and the like
+	}
+	// A statement of its own (DDL): apply it to the tracked schemas, then it ends like a
+	// transaction.
+	if a.tracker != nil {
+		at := fmt.Sprintf("%s:%d", a.file, h.LogPos)
+		if err := a.tracker.onQuery(string(e.Schema), string(e.Query), at); err != nil {
+			return err
+		}
+	}
+	return a.commit(h)
+}
+
+func (a *assembler) rowsEvent(h *replication.EventHeader, e *replication.RowsEvent) error {
+	if len(e.Rows) == 0 || e.Type() != replication.EnumRowsEventTypeInsert {
+		return nil
+	}
+	name, ok := a.name(e.Table.Schema, e.Table.Table)
+	if !ok {
+		return nil
+	}
+	if !a.inTx {
+		a.begin(h)
+	}
+	d, err := a.desc(name, e.Table)
+	if err != nil {
+		return fmt.Errorf("binlog %s:%d: %w", a.file, h.LogPos, err)
+	}
+	n := len(d.cols)
+	vals := make([]source.Value, len(e.Rows)*n)
+	for i, r := range e.Rows {
+		v := vals[i*n : (i+1)*n : (i+1)*n]
+		if err := decodeRow(d.cols, r, v); err != nil {
+			return fmt.Errorf("binlog %s:%d: table %s: %w", a.file, h.LogPos, name, err)
+		}
+		a.rows = append(a.rows, source.Row{Table: name, Columns: d.names, Values: v})
+	}
+	return nil
+}
+
+// desc returns the description of a captured table (name as configured) for the layout of tm.
+// The tracked schema is consulted only when tm carries no column names.
+func (a *assembler) desc(name string, tm *replication.TableMapEvent) (*tableDesc, error) {
+	named := len(tm.ColumnName) == int(tm.ColumnCount)
+	version := -1
+	if !named && a.tracker != nil {
+		version = a.tracker.version
+	}
+	if d := a.descs[name]; d != nil && d.matches(tm, version) {
+		return d, nil
+	}
+	var sch *tableSchema
+	if !named && a.tracker != nil {
+		var err error
+		if sch, err = a.tracker.schema(tableKey{string(tm.Schema), string(tm.Table)}); err != nil {
+			return nil, err
+		}
+		version = a.tracker.version
+	}
+	d, err := buildDesc(name, tm, sch, version, a.mariadb)
+	if err != nil {
+		return nil, err
+	}
+	a.descs[name] = d
+	return d, nil
+}
+
+// commit ends the current transaction at the event h.
+func (a *assembler) commit(h *replication.EventHeader) error {
+	switch a.kind {
+	case kindFile:
+		if h.LogPos == 0 {
+			return fmt.Errorf("binlog %s: transaction end without a log position; file:pos positions cannot be used with this server (use GTIDs)", a.file)
+		}
+		a.pos = h.LogPos
+		a.committed = offsets.Position(a.file + ":" + strconv.FormatUint(uint64(a.pos), 10))
+	case kindMariaGTID:
+		if a.hasMaria {
+			a.maria = a.maria.set(a.mariaGTID)
+			a.committed = offsets.Position(a.maria.String())
+		}
+	case kindMySQLGTID:
+		if a.hasMySQL {
+			a.mysql.AddGTIDWithTag(a.sid, a.tag, a.gno)
+			a.committed = offsets.Position(a.mysql.String())
+		}
+	}
+	if len(a.rows) > 0 && (a.kind == kindMariaGTID && !a.hasMaria || a.kind == kindMySQLGTID && !a.hasMySQL) {
+		a.log.Warn("transaction without a GTID in GTID mode: its position is that of the previous transaction, so a restart may publish it again",
+			"file", a.file, "log_pos", h.LogPos)
+	}
+	ct := a.commitTime
+	if ct.IsZero() {
+		ct = time.Unix(int64(h.Timestamp), 0)
+	}
+	rows := a.rows
+	a.inTx, a.hasMaria, a.hasMySQL, a.rows, a.commitTime = false, false, false, nil, time.Time{}
+	if len(rows) > 0 {
+		a.ready = append(a.ready, source.Tx{Position: a.committed, CommitTime: ct, Rows: rows})
+		a.emitted, a.lastEmit = a.committed, a.now()
+		return nil
+	}
+	if a.committed != a.emitted && a.now().Sub(a.lastEmit) >= a.idleEvery {
+		a.idle()
+	}
+	return nil
+}
+
+// idle hands out an empty Tx carrying the current position.
+func (a *assembler) idle() {
+	a.ready = append(a.ready, source.Tx{Position: a.committed})
+	a.emitted, a.lastEmit = a.committed, a.now()
+}
