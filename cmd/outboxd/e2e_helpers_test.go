@@ -96,31 +96,7 @@ func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(
 
 func (e *env) start() *proc {
 	e.t.Helper()
-	p := &proc{out: &syncBuf{}, done: make(chan struct{})}
-	p.cmd = exec.Command(binPath, "run", "-c", e.cfgPath)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	go func() {
-		err := p.cmd.Wait()
-		p.code = 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			p.code = ee.ExitCode()
-		}
-		close(p.done)
-	}()
-	e.t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			p.cmd.Process.Kill()
-			<-p.done
-		}
-		if e.t.Failed() {
-			e.t.Logf("outboxd output:\n%s", p.out.String())
-		}
-	})
+	p := startProc(e.t, e.cfgPath)
 	// Rows committed before the slot exists are not in its stream: wait for the walsender.
 	c := e.conn()
 	waitUntil(e.t, 30*time.Second, "replication slot active", func() bool {
@@ -132,6 +108,37 @@ func (e *env) start() *proc {
 		default:
 		}
 		return active
+	})
+	return p
+}
+
+// startProc starts `outboxd run -c cfgPath` and kills it at the end of the test.
+func startProc(t *testing.T, cfgPath string) *proc {
+	t.Helper()
+	p := &proc{out: &syncBuf{}, done: make(chan struct{})}
+	p.cmd = exec.Command(binPath, "run", "-c", cfgPath)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		err := p.cmd.Wait()
+		p.code = 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			p.code = ee.ExitCode()
+		}
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("outboxd output:\n%s", p.out.String())
+		}
 	})
 	return p
 }
