@@ -85,8 +85,20 @@ func New(cfg Config) (*Router, error) {
 	return r, nil
 }
 
-// Route builds the record for one row. A *Error means the row can never be delivered.
+// Route builds the record for one row. A *Error means the row can never be delivered; the
+// record is then as far as it was built, and carries the `id` header whenever the row has a
+// non-NULL event id, so that the row's dead letter can be found by event id.
 func (r *Router) Route(row *source.Row) (sink.Record, error) {
+	rec, err := r.route(row)
+	if err != nil && len(rec.Headers) == 0 {
+		if v, ok := row.Get(r.cfg.IDColumn); ok && !v.Null {
+			rec.Headers = []sink.Header{{Key: "id", Value: canonicalID(v.Bytes)}}
+		}
+	}
+	return rec, err
+}
+
+func (r *Router) route(row *source.Row) (sink.Record, error) {
 	var rec sink.Record
 	get := func(col string, required bool) (source.Value, error) {
 		v, ok := row.Get(col)

@@ -1,0 +1,475 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outboxd/outboxd/internal/testenv"
+)
+
+// Tests of failure handling against the real PostgreSQL, the kfake broker over TCP and the real
+// binary: poison rows go to the DLQ while the stream moves on; transient errors block and are
+// never dead-lettered; an unwritable DLQ and kafka.dlq_max_rate stop outboxd; `outboxd dlq tail`
+// and `outboxd dlq replay`.
+
+// dlqRow is one outbox row to insert; nil means NULL.
+type dlqRow struct {
+	aggType, aggID *string
+	payload        string
+}
+
+func sp(s string) *string { return &s }
+
+func goodRow(i int) dlqRow {
+	return dlqRow{aggType: sp("order"), aggID: sp("g"), payload: fmt.Sprintf(`{"n": %d}`, i)}
+}
+
+// insertTx commits rows in one transaction and returns their ids.
+func (e *env) insertTx(c *pgx.Conn, rows ...dlqRow) []string {
+	e.t.Helper()
+	ctx := context.Background()
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []string
+	for _, r := range rows {
+		var id string
+		if err := tx.QueryRow(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+			VALUES (gen_random_uuid(), $1::text, $2::text, 'created', $3::jsonb) RETURNING id::text`, r.aggType, r.aggID, r.payload).Scan(&id); err != nil {
+			e.t.Fatal(err)
+		}
+		out = append(out, id)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
+
+func (e *env) walLSN(c *pgx.Conn) string {
+	e.t.Helper()
+	var s string
+	if err := c.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
+// editConfig replaces old by new in the config file (the env's YAML already has the top-level
+// kafka and http keys, which cannot be given twice).
+func (e *env) editConfig(old, new string) {
+	e.t.Helper()
+	b, err := os.ReadFile(e.cfgPath)
+	if err != nil || !bytes.Contains(b, []byte(old)) {
+		e.t.Fatalf("config has no %q (%v)", old, err)
+	}
+	writeFile(e.t, e.cfgPath, strings.Replace(string(b), old, new, 1))
+}
+
+// dlqRun runs `outboxd dlq ARGS -c CONFIG` and returns stdout, stderr and the exit status.
+func (e *env) dlqRun(args ...string) (string, string, int) {
+	e.t.Helper()
+	args = append(append([]string{"dlq"}, args...), "-c", e.cfgPath)
+	cmd := exec.Command(binPath, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		e.t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func clusterAdmin(t *testing.T, addr string) sarama.ClusterAdmin {
+	t.Helper()
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V2_8_0_0
+	a, err := sarama.NewClusterAdmin([]string{addr}, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a
+}
+
+func topicConfig(t *testing.T, a sarama.ClusterAdmin, topic, key string) string {
+	t.Helper()
+	entries, err := a.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: topic, ConfigNames: []string{key}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name == key {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+// dlqMetric returns outboxd_dlq_events_total by reason from /metrics.
+func dlqMetric(t *testing.T, addr string) map[string]int {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	out := map[string]int{}
+	for _, m := range regexp.MustCompile(`(?m)^outboxd_dlq_events_total\{reason="([a-z_]+)"\} (\d+)$`).FindAllStringSubmatch(string(body), -1) {
+		out[m[1]], _ = strconv.Atoi(m[2])
+	}
+	return out
+}
+
+func byEventID(recs []testenv.Consumed) map[string]testenv.Consumed {
+	m := map[string]testenv.Consumed{}
+	for _, r := range recs {
+		m[r.Header("id")] = r
+	}
+	return m
+}
+
+// TestDLQPoisonRowsTailAndReplay: a stream of good rows mixed with every kind of poison row.
+// Good records arrive in order, each poison one is in the DLQ with the contract's headers, the
+// stored position passes them, the metric counts them; `dlq tail` shows them; `dlq replay`
+// reports what still fails and, once the topics are fixed, delivers them.
+func TestDLQPoisonRowsTailAndReplay(t *testing.T) {
+	start := time.Now().Add(-time.Second)
+	e := newEnv(t, "outbox:\n  headers:\n    type: eventType\n")
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", port)
+	e.editConfig(`listen: ""`, "listen: "+metricsAddr)
+
+	// A topic whose max.message.bytes the big payload exceeds (kfake checks a produce request's
+	// record batch against it, as Kafka does), and one whose writes fail authorization.
+	admin := clusterAdmin(t, e.broker.Addr())
+	if err := admin.CreateTopic("outbox.event.big", &sarama.TopicDetail{NumPartitions: 3, ReplicationFactor: 1,
+		ConfigEntries: map[string]*string{"max.message.bytes": sp("4096")}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if v := topicConfig(t, admin, "outbox.event.big", "max.message.bytes"); v != "4096" {
+		t.Fatalf("outbox.event.big max.message.bytes = %q, want 4096", v)
+	}
+	auth := e.broker.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "outbox.event.secret",
+		Err: kerr.TopicAuthorizationFailed, Count: -1})
+
+	p := e.start()
+	c := e.conn()
+	blob := make([]byte, 9000)
+	rand.Read(blob)
+	bigPayload := fmt.Sprintf(`{"blob": "%s"}`, base64.StdEncoding.EncodeToString(blob)) // ~12 kB, barely compressible
+
+	type poison struct {
+		name, reason, stage, topic string
+		row                        dlqRow
+		id                         string
+	}
+	poisons := []*poison{
+		{name: "big", reason: "record_too_large", stage: "produce", topic: "outbox.event.big", row: dlqRow{sp("big"), sp("kbig"), bigPayload}},
+		{name: "null aggregatetype", reason: "missing_column", stage: "transform", topic: "", row: dlqRow{nil, sp("k1"), `{"x": 1}`}},
+		{name: "space", reason: "invalid_topic", stage: "transform", topic: "outbox.event.has space", row: dlqRow{sp("has space"), sp("k2"), `{}`}},
+		{name: "bang", reason: "invalid_topic", stage: "transform", topic: "outbox.event.bang!", row: dlqRow{sp("bang!"), sp("k3"), `{}`}},
+		{name: "null aggregateid", reason: "missing_column", stage: "transform", topic: "outbox.event.order", row: dlqRow{sp("order"), nil, `{}`}},
+		{name: "secret", reason: "topic_authorization_failed", stage: "produce", topic: "outbox.event.secret", row: dlqRow{sp("secret"), sp("ks"), `{"s": 1}`}},
+	}
+	walStart := lsn(t, e.walLSN(c))
+	var good []string
+	n := 0
+	for _, ps := range poisons[:5] { // good, poison, good, poison, ...
+		good = append(good, e.insertTx(c, goodRow(n))...)
+		n++
+		ps.id = e.insertTx(c, ps.row)[0]
+	}
+	// One transaction holding good rows around a poison one.
+	ids3 := e.insertTx(c, goodRow(n), poisons[5].row, goodRow(n+1))
+	good = append(good, ids3[0], ids3[2])
+	poisons[5].id = ids3[1]
+	walAfterPoison := e.walLSN(c)
+	good = append(good, e.insertTx(c, goodRow(n+2))...)
+
+	// Every good record, in commit order (one key: one partition).
+	got := testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, len(good), 30*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	got = append(got, testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, 0, 500*time.Millisecond)[len(got):]...)
+	if strings.Join(ids(got), ",") != strings.Join(good, ",") {
+		t.Fatalf("delivered %v\nwant      %v\noutput:\n%s", ids(got), good, p.out.String())
+	}
+
+	// Every poison row in the DLQ with the contract's headers.
+	dlq := testenv.Consume(t, e.broker.Addr(), `outboxd\.dlq`, len(poisons), 20*time.Second)
+	if len(dlq) != len(poisons) {
+		t.Fatalf("%d dead letters, want %d: %v\noutput:\n%s", len(dlq), len(poisons), ids(dlq), p.out.String())
+	}
+	dl := byEventID(dlq)
+	for _, ps := range poisons {
+		r, ok := dl[ps.id]
+		if !ok {
+			t.Errorf("%s: no dead letter with header id=%s", ps.name, ps.id)
+			continue
+		}
+		h := r.Header
+		if h("outboxd.error.reason") != ps.reason || h("outboxd.error.stage") != ps.stage || h("outboxd.original.topic") != ps.topic ||
+			h("outboxd.source.table") != "public.outbox" || h("outboxd.error.message") == "" {
+			t.Errorf("%s: headers %v", ps.name, r.Headers)
+		}
+		pos := lsn(t, h("outboxd.source.position"))
+		if pos <= walStart || pos > lsn(t, walAfterPoison) {
+			t.Errorf("%s: outboxd.source.position %s not within this test's WAL (%s, %s]", ps.name, h("outboxd.source.position"), walStart, walAfterPoison)
+		}
+		if ts, err := time.Parse(time.RFC3339, h("outboxd.error.time")); err != nil || ts.Before(start.Truncate(time.Second)) || ts.After(time.Now()) {
+			t.Errorf("%s: outboxd.error.time %q (%v)", ps.name, h("outboxd.error.time"), err)
+		}
+		if ps.stage == "produce" {
+			// The original record: key, value, headers.
+			if string(r.Key) != *ps.row.aggID || h("eventType") != "created" || !json.Valid(r.Value) {
+				t.Errorf("%s: key %q eventType %q value %.60s", ps.name, r.Key, h("eventType"), r.Value)
+			}
+		} else {
+			// The row as a JSON object of column to text.
+			var row map[string]*string
+			if err := json.Unmarshal(r.Value, &row); err != nil || row["id"] == nil || *row["id"] != ps.id ||
+				(ps.row.aggType == nil) != (row["aggregatetype"] == nil) || (ps.row.aggID == nil) != (row["aggregateid"] == nil) {
+				t.Errorf("%s: value %s (%v)", ps.name, r.Value, err)
+			}
+		}
+	}
+	// The size limit was the broker's (the topic's max.message.bytes), not the producer's.
+	if m := dl[poisons[0].id].Header("outboxd.error.message"); strings.Contains(m, "kafka.max_record_bytes") || !strings.Contains(m, "partition") {
+		t.Errorf("record_too_large message %q: not the broker's refusal", m)
+	}
+
+	// The stored position passes every poison row.
+	waitUntil(t, 10*time.Second, "position stored past the poison rows", func() bool {
+		return lsn(t, e.storedPosition()) >= lsn(t, walAfterPoison)
+	})
+	if m := dlqMetric(t, metricsAddr); m["record_too_large"] != 1 || m["missing_column"] != 2 || m["invalid_topic"] != 2 || m["topic_authorization_failed"] != 1 {
+		t.Errorf("outboxd_dlq_events_total: %v", m)
+	}
+	out := p.out.String()
+	if strings.Count(out, "dead-lettering record") != len(poisons) || strings.Contains(out, bigPayload[20:60]) {
+		t.Errorf("want one log line per dead letter, without the payload:\n%s", out)
+	}
+
+	// dlq tail: one line per dead letter, never the payload.
+	stdout, stderr, code := e.dlqRun("tail")
+	if code != 0 || strings.Count(stdout, "\n") != len(poisons) || strings.Contains(stdout, bigPayload[20:60]) {
+		t.Fatalf("dlq tail: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	for _, ps := range poisons {
+		line := ""
+		for _, l := range strings.Split(stdout, "\n") {
+			if strings.Contains(l, " id="+ps.id+" ") {
+				line = l
+			}
+		}
+		if !strings.Contains(line, "reason="+ps.reason+" stage="+ps.stage) || !strings.Contains(line, "table=public.outbox position=0/") ||
+			!strings.Contains(line, "message=") || (ps.topic != "" && !strings.Contains(line, "topic=")) || !strings.HasPrefix(line, "time=20") {
+			t.Errorf("dlq tail line for %s: %q", ps.name, line)
+		}
+	}
+	// dlq tail --json: the value and every header.
+	stdout, stderr, code = e.dlqRun("tail", "--json")
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if code != 0 || len(lines) != len(poisons) {
+		t.Fatalf("dlq tail --json: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	for _, l := range lines {
+		var j struct {
+			ID            string            `json:"id"`
+			OriginalTopic string            `json:"original_topic"`
+			Value         *string           `json:"value"`
+			Headers       map[string]string `json:"headers"`
+		}
+		if err := json.Unmarshal([]byte(l), &j); err != nil {
+			t.Fatalf("%v: %s", err, l)
+		}
+		if j.ID == poisons[0].id && (j.Value == nil || *j.Value != bigPayload || j.Headers["eventType"] != "created" ||
+			j.Headers["outboxd.error.reason"] != "record_too_large" || j.OriginalTopic != "outbox.event.big") {
+			t.Errorf("dlq tail --json, big record: %.300s", l)
+		}
+	}
+
+	// dlq tail --follow prints the same and runs until interrupted (exit 0).
+	follow := exec.Command(binPath, "dlq", "tail", "--follow", "-c", e.cfgPath)
+	fout := &syncBuf{}
+	follow.Stdout, follow.Stderr = fout, fout
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 15*time.Second, "dlq tail --follow output", func() bool { return strings.Count(fout.String(), "\n") >= len(poisons) })
+	follow.Process.Signal(syscall.SIGINT)
+	if err := follow.Wait(); err != nil {
+		t.Errorf("dlq tail --follow after SIGINT: %v\n%s", err, fout.String())
+	}
+
+	// dlq replay: usage, records that still fail, a row that never was a record.
+	if _, stderr, code := e.dlqRun("replay"); code != 2 || !strings.Contains(stderr, "--all") {
+		t.Errorf("dlq replay without --id/--all: exit %d %s", code, stderr)
+	}
+	big, secret := poisons[0].id, poisons[5].id
+	stdout, stderr, code = e.dlqRun("replay", "--id", big, "--id", secret)
+	if code != 1 || !strings.Contains(stdout, "failed dlq=") || !strings.Contains(stdout, "record_too_large") ||
+		!strings.Contains(stdout, "topic_authorization_failed") || !strings.Contains(stdout, "0 replayed, 2 failed") {
+		t.Fatalf("replay of still-failing records: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	stdout, stderr, code = e.dlqRun("replay", "--id", poisons[1].id)
+	if code != 1 || !strings.Contains(stdout, "not replayable") {
+		t.Errorf("replay of a row-as-JSON dead letter: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	// Nothing was written back to the DLQ.
+	if n := len(testenv.Consume(t, e.broker.Addr(), `outboxd\.dlq`, 0, time.Second)); n != len(poisons) {
+		t.Errorf("the DLQ holds %d records after failed replays, want %d", n, len(poisons))
+	}
+
+	// Fix the topics, replay: delivered with the original key, value and headers.
+	auth.Remove()
+	if err := admin.AlterConfig(sarama.TopicResource, "outbox.event.big", map[string]*string{"max.message.bytes": sp("1048576")}, false); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code = e.dlqRun("replay", "--id", big, "--id", secret)
+	if code != 0 || strings.Count(stdout, "replayed dlq=") != 2 || !strings.Contains(stdout, "2 replayed, 0 failed") {
+		t.Fatalf("replay after the fix: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	replayed := byEventID(testenv.Consume(t, e.broker.Addr(), `outbox\.event\.(big|secret)`, 2, 10*time.Second))
+	for _, ps := range []*poison{poisons[0], poisons[5]} {
+		r, ok := replayed[ps.id]
+		orig := dl[ps.id]
+		if !ok || r.Topic != ps.topic || string(r.Key) != string(orig.Key) || string(r.Value) != string(orig.Value) ||
+			r.Header("eventType") != "created" || len(r.Headers) != 2 {
+			t.Errorf("replayed %s: %+v (ok %v)", ps.name, r, ok)
+		}
+	}
+	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("SIGTERM exit %d", code)
+	}
+}
+
+// TestDLQBrokerStallIsNotDeadLettered: a transient produce error on the outbox topic blocks the
+// pipeline (the position stays), nothing goes to the DLQ, and everything arrives once it clears.
+func TestDLQBrokerStallIsNotDeadLettered(t *testing.T) {
+	e := newEnv(t, "")
+	p := e.start()
+	c := e.conn()
+	first := e.insertTx(c, goodRow(0))
+	waitUntil(t, 20*time.Second, "first record stored", func() bool { return e.storedPosition() != "" })
+	beforeStall := lsn(t, e.walLSN(c))
+	h := e.broker.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "outbox.event.order", Err: kerr.NotEnoughReplicas, Count: -1})
+	var stalled []string
+	for i := 1; i <= 5; i++ {
+		stalled = append(stalled, e.insertTx(c, goodRow(i), goodRow(100+i))...)
+	}
+	walEnd := e.walLSN(c)
+	time.Sleep(2500 * time.Millisecond)
+	if h.Hits() == 0 {
+		t.Fatal("the fault was never hit")
+	}
+	if s := lsn(t, e.storedPosition()); s > beforeStall {
+		t.Fatalf("stored position %s passed %s while the records were unacked", s, beforeStall)
+	}
+	h.Remove()
+	all := append(first, stalled...)
+	got := testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, len(all), 30*time.Second)
+	if strings.Join(ids(got), ",") != strings.Join(all, ",") {
+		t.Fatalf("after the stall: %v\nwant %v", ids(got), all)
+	}
+	waitUntil(t, 10*time.Second, "position stored after the stall", func() bool { return lsn(t, e.storedPosition()) >= lsn(t, walEnd) })
+	if n := len(testenv.Consume(t, e.broker.Addr(), `outboxd\.dlq`, 0, 500*time.Millisecond)); n != 0 || strings.Contains(p.out.String(), "dead-lettering") {
+		t.Fatalf("%d records dead-lettered by a transient error\n%s", n, p.out.String())
+	}
+	if stdout, stderr, code := e.dlqRun("tail"); code != 0 || stdout != "" || !strings.Contains(stderr, "nothing has been dead-lettered") {
+		t.Fatalf("dlq tail with no DLQ topic: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("SIGTERM exit %d", code)
+	}
+}
+
+// TestDLQUnwritableStops: when the DLQ refuses writes, outboxd exits 1 without storing a position
+// past the poison row.
+func TestDLQUnwritableStops(t *testing.T) {
+	e := newEnv(t, "")
+	e.broker.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "outboxd.dlq", Err: kerr.TopicAuthorizationFailed, Count: -1})
+	p := e.start()
+	c := e.conn()
+	first := e.insertTx(c, goodRow(0))
+	waitUntil(t, 20*time.Second, "first record stored", func() bool { return e.storedPosition() != "" })
+	beforePoison := lsn(t, e.walLSN(c))
+	e.insertTx(c, dlqRow{nil, sp("k"), `{}`})
+	e.insertTx(c, goodRow(1))
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("outboxd still runs with an unwritable DLQ:\n%s", p.out.String())
+	}
+	if p.code != 1 || !strings.Contains(p.out.String(), "dead-letter topic outboxd.dlq cannot be written") {
+		t.Fatalf("exit %d, want 1 with the DLQ named:\n%s", p.code, p.out.String())
+	}
+	if s := lsn(t, e.storedPosition()); s > beforePoison {
+		t.Fatalf("stored position %s passed %s, before the poison row", s, beforePoison)
+	}
+	if conf := lsn(t, e.slotConfirmed(c)); conf > beforePoison {
+		t.Fatalf("slot confirmed %s past %s, before the poison row", conf, beforePoison)
+	}
+	if missing := hasAll(testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, 1, 5*time.Second), first); len(missing) > 0 {
+		t.Fatalf("the record before the poison row was not delivered")
+	}
+}
+
+// TestDLQMaxRateStops: more than N dead letters among the last M records stops outboxd with a
+// message, before the position passes the record that tripped it.
+func TestDLQMaxRateStops(t *testing.T) {
+	e := newEnv(t, "")
+	e.editConfig("kafka:\n", "kafka:\n  dlq_max_rate: 2/10\n")
+	p := e.start()
+	c := e.conn()
+	e.insertTx(c, goodRow(0))
+	waitUntil(t, 20*time.Second, "first record stored", func() bool { return e.storedPosition() != "" })
+	var walBefore []string
+	for i := 0; i < 5; i++ {
+		walBefore = append(walBefore, e.walLSN(c))
+		e.insertTx(c, dlqRow{sp("bad topic"), sp("k"), `{}`})
+	}
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("outboxd did not stop on kafka.dlq_max_rate:\n%s", p.out.String())
+	}
+	if p.code != 1 || !strings.Contains(p.out.String(), "kafka.dlq_max_rate exceeded: 3 of the last 10 records") {
+		t.Fatalf("exit %d, want 1 with the kafka.dlq_max_rate message:\n%s", p.code, p.out.String())
+	}
+	// The third bad row tripped the breaker: the position stays before it.
+	if s := lsn(t, e.storedPosition()); s > lsn(t, walBefore[2]) {
+		t.Fatalf("stored position %s passed the row that tripped the breaker (%s)", s, walBefore[2])
+	}
+	if n := len(testenv.Consume(t, e.broker.Addr(), `outboxd\.dlq`, 2, 5*time.Second)); n != 2 {
+		t.Fatalf("%d dead letters, want the 2 before the breaker tripped", n)
+	}
+}
