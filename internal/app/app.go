@@ -98,6 +98,9 @@ func Run(ctx context.Context, c *config.Config, log *slog.Logger) error {
 		return &config.Error{Key: "kafka.delivery", Msg: "exactly_once is not available in this version yet; use at_least_once"}
 	}
 	secrets := secretsOf(c)
+	if err := Preflight(ctx, c, log); err != nil {
+		return err
+	}
 	router, err := Router(c)
 	if err != nil {
 		return &config.Error{Key: "outbox", Msg: err.Error()}

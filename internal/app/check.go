@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -28,6 +29,23 @@ func (r CheckResult) String() string {
 		return "OK   " + r.Name
 	}
 	return fmt.Sprintf("FAIL %s: %s — %s", r.Name, r.Reason, r.Fix)
+}
+
+// Preflight runs the same checks as `outboxd check` and returns an error naming every FAIL.
+// run refuses to start on a FAIL.
+func Preflight(ctx context.Context, c *config.Config, log *slog.Logger) error {
+	var buf strings.Builder
+	if Check(ctx, c, &buf) {
+		return nil
+	}
+	var fails []string
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if strings.HasPrefix(line, "FAIL ") {
+			fails = append(fails, strings.TrimPrefix(line, "FAIL "))
+			log.Error("preflight check failed", "check", strings.TrimPrefix(line, "FAIL "))
+		}
+	}
+	return fmt.Errorf("preflight failed (%d check(s)); see `outboxd check`: %s", len(fails), strings.Join(fails, "; "))
 }
 
 // Check runs every preflight check of the contract and writes one line per check to w. It

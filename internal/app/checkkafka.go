@@ -25,6 +25,7 @@ func checkKafka(ctx context.Context, c *config.Config) []CheckResult {
 		out = append(out, CheckResult{Name: "kafka producer durability", OK: true, Reason: "acks=all, idempotent, max.in.flight=1"})
 	}
 	// A bounded probe: do not wait out the producer's near-endless metadata retries.
+	sc.Metadata.Full = true // the admin calls below need the controller and all topics
 	sc.Metadata.Retry.Max = 2
 	sc.Metadata.Retry.BackoffFunc = nil
 	sc.Metadata.Retry.Backoff = 200e6
