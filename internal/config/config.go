@@ -88,6 +88,9 @@ type Kafka struct {
 	Linger      time.Duration `yaml:"linger"`
 	TLS         *TLS          `yaml:"tls"`
 	SASL        *SASL         `yaml:"sasl"`
+	// TransactionalID is the exactly_once producer's transactional.id; "" = "outboxd-" + the
+	// pipeline id.
+	TransactionalID string `yaml:"transactional_id"`
 }
 
 type TLS struct {
@@ -108,10 +111,32 @@ type Offsets struct {
 	Path           string        `yaml:"path"`
 	Topic          string        `yaml:"topic"`
 	CommitInterval time.Duration `yaml:"commit_interval"`
+	// Key is the pipeline id: the record key in offsets.topic; "" = derived from the source
+	// ("postgres:<slot>", "mysql:<server_id>").
+	Key string `yaml:"key"`
 }
 
 type HTTP struct {
-	Listen string `yaml:"listen"`
+	Listen string `yaml:"listen"` // default 127.0.0.1:9464; an explicit "" disables the server
+
+	set bool // listen was given (possibly empty)
+}
+
+// DefaultListen is http.listen when the key is absent.
+const DefaultListen = "127.0.0.1:9464"
+
+// UnmarshalYAML tells an absent http.listen (default) from an explicit empty one (disabled).
+func (h *HTTP) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: http must be a mapping", n.Line)
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k := n.Content[i].Value; k != "listen" {
+			return fmt.Errorf("line %d: field %s not found in type config.HTTP", n.Content[i].Line, k)
+		}
+		h.Listen, h.set = n.Content[i+1].Value, true
+	}
+	return nil
 }
 
 type Log struct {

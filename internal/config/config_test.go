@@ -136,3 +136,16 @@ func TestSecretNotInErrors(t *testing.T) {
 		t.Errorf("err %v", err)
 	}
 }
+
+func TestHTTPListen(t *testing.T) {
+	base := "source: {type: postgres, dsn: 'postgres://x@h/db', tables: [public.outbox]}\nkafka: {brokers: ['k:9092']}\n"
+	for yaml, want := range map[string]string{"": DefaultListen, "http: {listen: ''}\n": "", "http: {listen: '0.0.0.0:1'}\n": "0.0.0.0:1", "http: {}\n": DefaultListen} {
+		c, err := Parse([]byte(base+yaml), env(nil))
+		if err != nil || c.HTTP.Listen != want {
+			t.Errorf("%q: listen %q %v, want %q", yaml, c.HTTP.Listen, err, want)
+		}
+	}
+	if _, err := Parse([]byte(base+"http: {lisen: x}\n"), env(nil)); err == nil || !strings.Contains(err.Error(), "http.lisen") {
+		t.Errorf("typo under http: %v", err)
+	}
+}

@@ -56,6 +56,9 @@ func (c *Config) applyDefaults() {
 	if c.Offsets.CommitInterval == 0 {
 		c.Offsets.CommitInterval = 100 * time.Millisecond
 	}
+	if !c.HTTP.set {
+		c.HTTP.Listen = DefaultListen
+	}
 	def(&c.Log.Level, "info")
 	def(&c.Log.Format, "text")
 }
