@@ -78,6 +78,9 @@ func (noMetrics) DeadLettered(string)        {}
 func (noMetrics) Inflight(int)               {}
 func (noMetrics) Committed(offsets.Position) {}
 
+// commitLogEvery is how often a stored position is logged at info level.
+const commitLogEvery = 30 * time.Second
+
 // ErrShutdownTimeout is returned when a stop could not drain in-flight records in time.
 var ErrShutdownTimeout = errors.New("shutdown_timeout passed with records still unacked")
 
@@ -98,6 +101,8 @@ type runner struct {
 	tracker *offsets.Tracker
 	src     source.Source
 	stored  offsets.Position
+
+	lastLog time.Time // last "committed position" info line
 
 	mu       sync.Mutex
 	outcomes []*inflight
@@ -409,6 +414,10 @@ func (r *runner) commit(ctx context.Context) error {
 		r.log.Warn("confirm position to the source failed (stored; will confirm again)", "position", string(pos), "err", err)
 	}
 	r.o.Metrics.Committed(pos)
+	if now := time.Now(); now.Sub(r.lastLog) >= commitLogEvery {
+		r.log.Info("committed position", "position", string(pos), "inflight", r.tracker.Records())
+		r.lastLog = now
+	}
 	if r.o.OnCommit != nil {
 		r.o.OnCommit(pos)
 	}
