@@ -1,0 +1,295 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/outboxd/outboxd/internal/app"
+	"github.com/outboxd/outboxd/internal/config"
+	"github.com/outboxd/outboxd/offsets"
+)
+
+// aggTypes are the aggregate types the loader writes (one topic each).
+var aggTypes = []string{"order", "customer", "payment", "shipment"}
+
+// drain runs one drain scenario on backend be: a backlog of N rows in rowsPerTx-row
+// transactions and, per round, one reader (slot) for each tool, all starting at the same
+// position. The tools are the backend's reference readers, outboxd in-process (app.Run; the CPU
+// profile covers it) and outboxd as its own process (`outboxd run`, like a deployment, without
+// the bench and the embedded broker in its heap and scheduler). The order rotates per round.
+func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx int) ([]Result, error) {
+	o := e.o
+	refs := be.References()
+	const (
+		inProcess = "outboxd drain, in-process (acked by Kafka)"
+		process   = "outboxd drain, own process (acked by Kafka)"
+	)
+	names := append(slices.Clone(refs), inProcess, process)
+	tools := len(names)
+	bin, err := e.outboxdBin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tag := e.runID + "_" + strings.TrimPrefix(scenario, "drain-")
+	b, err := be.PrepareDrain(ctx, tag, o.N, rowsPerTx, tools*o.Rounds)
+	if err != nil {
+		return nil, err
+	}
+	defer be.Cleanup(ctx, b)
+	o.Log.Info("backlog loaded", "rows", b.Rows, "rows_per_tx", rowsPerTx, "took", b.LoadTime.Round(time.Millisecond),
+		"rows/s", int(float64(b.Rows)/b.LoadTime.Seconds()))
+
+	covers := func(p offsets.Position) (bool, error) { return be.Covers(b, p) }
+	rates := make([][]float64, tools) // per tool, per round
+	for r := range o.Rounds {
+		for k := range tools {
+			tool := (k + r) % tools
+			i := r*tools + tool // reader
+			topicPrefix := fmt.Sprintf("outboxd-bench.%s.%d.", tag, i)
+			var d time.Duration
+			switch names[tool] {
+			case inProcess:
+				var prof profiles
+				if o.CPUProfile != "" {
+					prof.cpu = fmt.Sprintf("%s.%s.%d.pprof", o.CPUProfile, scenario, r+1)
+				}
+				if o.BlockProfile != "" {
+					prof.block = fmt.Sprintf("%s.%s.%d.pprof", o.BlockProfile, scenario, r+1)
+				}
+				d, err = runOutboxdInProcess(ctx, e, outboxdYAML(e, be.SourceYAML(b, i), topicPrefix, ""), covers, prof)
+			case process:
+				var pr procRun
+				pr, err = runOutboxdProcess(ctx, bin, outboxdYAML(e, be.SourceYAML(b, i), topicPrefix, ""), covers)
+				if err == nil && !pr.drained {
+					err = fmt.Errorf("outboxd process stopped before draining the backlog: %s: %s", pr.exit, pr.logTail)
+				}
+				d = pr.elapsed
+			default:
+				d, err = be.RunReference(ctx, b, tool, i)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", names[tool], err)
+			}
+			if tool >= len(refs) {
+				n, err := countRecords(e.brokers, topicsOf(topicPrefix))
+				if err != nil {
+					return nil, fmt.Errorf("count produced records: %w", err)
+				}
+				if n < int64(b.Rows) {
+					return nil, fmt.Errorf("%s: the backlog's end was stored but Kafka holds %d records of %d", names[tool], n, b.Rows)
+				}
+				e.dropTopics(topicPrefix)
+			}
+			o.Log.Info("drained", "tool", names[tool], "round", r+1, "took", d.Round(time.Millisecond),
+				"events/s", int(float64(b.Rows)/d.Seconds()))
+			rates[tool] = append(rates[tool], float64(b.Rows)/d.Seconds())
+		}
+	}
+	shape := "single-row transactions"
+	if rowsPerTx > 1 {
+		shape = fmt.Sprintf("%d-row transactions", rowsPerTx)
+	}
+	var res []Result
+	for k, name := range names {
+		detail := "runs: " + fmtRates(rates[k])
+		switch {
+		case k == 0:
+			detail = fmt.Sprintf("%s, %d events, backlog loaded at %.0f rows/s; %s", shape, b.Rows,
+				float64(b.Rows)/b.LoadTime.Seconds(), detail)
+		case k >= len(refs):
+			detail = "default config (lz4, max_inflight 10000, linger 5ms), until the offsets file covers the last row; " + detail
+		}
+		if k < len(refs) {
+			name = refs[k] + " drain"
+		}
+		res = append(res, Result{Scenario: scenario, Name: name, Value: mean(rates[k]), Unit: "events/s",
+			Detail: detail, Extra: runsExtra(rates[k])})
+	}
+	for k := len(refs); k < tools; k++ {
+		which := "in-process"
+		if names[k] == process {
+			which = "own process"
+		}
+		var ratios []float64
+		for r := range rates[k] {
+			ratios = append(ratios, rates[k][r]/rates[0][r])
+		}
+		detail := "per round: " + fmtFloats(ratios, "%.2f") + " (target ≥ 0.9)"
+		for j := 1; j < len(refs); j++ {
+			detail += fmt.Sprintf("; vs %s: %.2f", refs[j], mean(rates[k])/mean(rates[j]))
+		}
+		res = append(res, Result{Scenario: scenario, Name: fmt.Sprintf("ratio outboxd (%s) / %s", which, refs[0]),
+			Value: mean(rates[k]) / mean(rates[0]), Unit: "ratio", Detail: detail})
+	}
+	return res, nil
+}
+
+func topicsOf(prefix string) []string {
+	var t []string
+	for _, a := range aggTypes {
+		t = append(t, prefix+a)
+	}
+	return t
+}
+
+// outboxdYAML is a bench config: the given source section, topics under topicPrefix, a fresh
+// offsets file in a new temp dir, http on listen ("" disables).
+func outboxdYAML(e *env, sourceYAML, topicPrefix, listen string) string {
+	dir, err := os.MkdirTemp(e.o.OffsetsDir, "outboxd-bench-")
+	if err != nil {
+		panic(err)
+	}
+	return fmt.Sprintf(`shutdown_timeout: 30s
+source:
+%soutbox:
+  topic: %s${routedByValue}
+  headers:
+    type: eventType
+kafka:
+  brokers: [%s]
+  dlq_topic: %sdlq
+%soffsets:
+  path: %s
+http:
+  listen: %q
+log:
+  level: warn
+`, sourceYAML, topicPrefix, strings.Join(e.brokers, ", "), topicPrefix, kafkaExtra(e.o.KafkaExtra), filepath.Join(dir, "offsets.json"), listen)
+}
+
+func kafkaExtra(lines []string) string {
+	var b strings.Builder
+	for _, l := range lines {
+		b.WriteString("  " + strings.TrimSpace(l) + "\n")
+	}
+	return b.String()
+}
+
+// profiles are the profile files of one in-process run ("" = none).
+type profiles struct{ cpu, block string }
+
+// runOutboxdInProcess runs app.Run with the config text until the stored position satisfies
+// done, and returns the time from the call of app.Run to that moment. It then stops outboxd
+// (graceful) and waits for it. The profiles of prof cover the run up to that moment.
+func runOutboxdInProcess(ctx context.Context, e *env, cfgText string, done func(offsets.Position) (bool, error), prof profiles) (time.Duration, error) {
+	cfg, err := config.Parse([]byte(cfgText), os.LookupEnv)
+	if err != nil {
+		return 0, fmt.Errorf("bench config: %w\n%s", err, cfgText)
+	}
+	defer os.RemoveAll(filepath.Dir(cfg.Offsets.Path))
+	store, err := app.Store(cfg)
+	if err != nil {
+		return 0, err
+	}
+	stopProfiles := func() {}
+	if prof.cpu != "" {
+		f, err := os.Create(prof.cpu)
+		if err != nil {
+			return 0, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return 0, err
+		}
+		stopProfiles = pprof.StopCPUProfile
+	}
+	if prof.block != "" {
+		runtime.SetBlockProfileRate(int(10 * time.Microsecond))
+		stopCPU := stopProfiles
+		stopProfiles = func() {
+			stopCPU()
+			if f, err := os.Create(prof.block); err == nil {
+				pprof.Lookup("block").WriteTo(f, 0)
+				f.Close()
+			}
+			runtime.SetBlockProfileRate(0)
+		}
+	}
+	var once sync.Once
+	defer once.Do(stopProfiles)
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	errCh := make(chan error, 1)
+	t0 := time.Now()
+	go func() { errCh <- app.Run(runCtx, cfg, e.o.OutboxdLog) }()
+	wait := func() error {
+		stop()
+		select {
+		case err := <-errCh:
+			return err
+		case <-time.After(60 * time.Second):
+			return errors.New("outboxd did not stop within 60s of cancellation")
+		}
+	}
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Minute)
+	for {
+		select {
+		case err := <-errCh:
+			return 0, fmt.Errorf("outboxd stopped before draining the backlog: %v", err)
+		case <-deadline:
+			wait()
+			return 0, errors.New("outboxd did not drain the backlog within 10 minutes")
+		case <-ctx.Done():
+			wait()
+			return 0, ctx.Err()
+		case <-tick.C:
+		}
+		pos, err := store.Load(ctx)
+		if err != nil {
+			continue // a concurrent rename; try again
+		}
+		ok, err := done(pos)
+		if err != nil {
+			wait()
+			return 0, err
+		}
+		if ok {
+			d := time.Since(t0)
+			once.Do(stopProfiles)
+			if err := wait(); err != nil {
+				return d, fmt.Errorf("outboxd stop: %w", err)
+			}
+			return d, nil
+		}
+	}
+}
+
+func mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := 0.0
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
+
+func fmtRates(xs []float64) string { return fmtFloats(xs, "%.0f") }
+
+func fmtFloats(xs []float64, f string) string {
+	var s []string
+	for _, x := range xs {
+		s = append(s, fmt.Sprintf(f, x))
+	}
+	return strings.Join(s, ", ")
+}
+
+func runsExtra(xs []float64) map[string]float64 {
+	m := map[string]float64{}
+	for i, x := range xs {
+		m[fmt.Sprintf("run%d", i+1)] = x
+	}
+	return m
+}

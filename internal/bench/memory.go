@@ -1,0 +1,260 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/outboxd/outboxd/internal/config"
+	"github.com/outboxd/outboxd/offsets"
+)
+
+// memoryPG runs outboxd as its own process (`outboxd run -c FILE`) and reports its peak RSS
+// (VmHWM, and the highest VmRSS sampled every 20 ms) while it drains a backlog of MemoryRows
+// rows in single-row transactions, the same in 1000-row transactions, and BigPayloads rows
+// with 10 MB payloads (one per transaction).
+func memoryPG(ctx context.Context, e *env) ([]Result, error) {
+	o := e.o
+	const scenario = "memory-pg"
+	if err := e.pg.ensureSchema(ctx); err != nil {
+		return nil, err
+	}
+	bin, err := e.outboxdBin(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	var res []Result
+	type part struct {
+		name           string
+		rows, per, big int
+	}
+	parts := []part{
+		{fmt.Sprintf("%d-row backlog (single-row transactions)", o.MemoryRows), o.MemoryRows, 1, 0},
+		{fmt.Sprintf("%d-row backlog (1000-row transactions)", o.MemoryRows), o.MemoryRows, 1000, 0},
+		{fmt.Sprintf("%d rows with 10 MB payloads", o.BigPayloads), o.BigPayloads, 1, 10 << 20},
+	}
+	for pi, p := range parts {
+		tag := fmt.Sprintf("%s_mem%d", e.runID, pi)
+		slot := slotName(tag, 0)
+		if err := pgExec(ctx, e.pgDSN, fmt.Sprintf(`SELECT pg_create_logical_replication_slot('%s', 'pgoutput')`, slot)); err != nil {
+			return res, err
+		}
+		t0 := time.Now()
+		beforeLast, _, err := pgLoad(ctx, e.pgDSN, 1, p.rows, p.per, p.big)
+		if err != nil {
+			pgDropSlots(ctx, e.pgDSN, slot)
+			return res, err
+		}
+		o.Log.Info("memory backlog loaded", "part", p.name, "took", time.Since(t0).Round(time.Millisecond))
+		topicPrefix := "outboxd-bench." + tag + "."
+		cfg := outboxdYAML(e, pgSourceYAML(e.pgDSN, slot), topicPrefix, "")
+		r, err := runOutboxdProcess(ctx, bin, cfg, func(p offsets.Position) (bool, error) { return lsnAfter(p, beforeLast) })
+		pgDropSlots(ctx, e.pgDSN, slot)
+		pgTruncate(ctx, e.pgDSN)
+		if err != nil {
+			return res, err
+		}
+		x := Result{Scenario: scenario, Name: "outboxd peak RSS, " + p.name, Value: r.hwmKiB / 1024, Unit: "MiB",
+			Extra: map[string]float64{"vmhwm_kib": r.hwmKiB, "max_sampled_rss_kib": r.maxRSSKiB}}
+		if r.drained {
+			x.Detail = fmt.Sprintf("VmHWM; drained in %s (%.0f events/s, separate process); max sampled VmRSS %.1f MiB",
+				r.elapsed.Round(time.Millisecond), float64(p.rows)/r.elapsed.Seconds(), r.maxRSSKiB/1024)
+			if p.big == 0 {
+				x.Detail += " (target ≤ 64 MiB)"
+			}
+		} else {
+			x.Detail = fmt.Sprintf("max sampled VmRSS %.1f MiB", r.maxRSSKiB/1024)
+			x.Error = fmt.Sprintf("outboxd did not deliver the backlog: %s; log: %s", r.exit, r.logTail)
+		}
+		if p.big > 0 {
+			n, _ := countRecords(e.brokers, []string{topicPrefix + "big"})
+			dl, _ := countRecords(e.brokers, []string{topicPrefix + "dlq"})
+			x.Detail += fmt.Sprintf("; records in the topic: %d, in the DLQ: %d", n, dl)
+		}
+		res = append(res, x)
+		e.dropTopics(topicPrefix)
+	}
+	return res, nil
+}
+
+// outboxdBinary returns the outboxd binary to run: bin, or a fresh `go build` of ./cmd/outboxd.
+func outboxdBinary(ctx context.Context, bin string) (string, func(), error) {
+	if bin != "" {
+		return bin, func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "outboxd-bench-bin-")
+	if err != nil {
+		return "", nil, err
+	}
+	out := filepath.Join(dir, "outboxd")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/outboxd/outboxd/cmd/outboxd")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("go build ./cmd/outboxd (run the bench from the repository, or pass -outboxd BINARY): %w\n%s", err, b)
+	}
+	return out, func() { os.RemoveAll(dir) }, nil
+}
+
+type procRun struct {
+	drained           bool
+	elapsed           time.Duration
+	hwmKiB, maxRSSKiB float64
+	exit, logTail     string
+}
+
+// runOutboxdProcess starts `bin run -c <cfg>`, samples its memory until the stored position
+// satisfies done or the process exits, then reads VmHWM, stops it with SIGTERM and waits.
+func runOutboxdProcess(ctx context.Context, bin, cfgText string, done func(offsets.Position) (bool, error)) (procRun, error) {
+	var r procRun
+	cfg, err := config.Parse([]byte(cfgText), os.LookupEnv)
+	if err != nil {
+		return r, err
+	}
+	dir := filepath.Dir(cfg.Offsets.Path)
+	defer os.RemoveAll(dir)
+	cfgPath := filepath.Join(dir, "outboxd.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o600); err != nil {
+		return r, err
+	}
+	store := &offsets.FileStore{Path: cfg.Offsets.Path}
+	var logBuf syncBuffer
+	cmd := exec.Command(bin, "run", "-c", cfgPath)
+	cmd.Stdout, cmd.Stderr = &logBuf, &logBuf
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		return r, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	pid := cmd.Process.Pid
+	stop := func() {
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			r.exit = exitString(err)
+		case <-time.After(45 * time.Second):
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			<-exited
+			r.exit = "killed after SIGTERM timeout"
+		}
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Minute)
+	for {
+		select {
+		case err := <-exited:
+			r.exit = exitString(err)
+			r.logTail = lastError(logBuf.String())
+			return r, nil
+		case <-ctx.Done():
+			stop()
+			return r, ctx.Err()
+		case <-deadline:
+			stop()
+			return r, errors.New("outboxd process did not drain within 10 minutes")
+		case <-tick.C:
+		}
+		if rss, hwm, ok := procMem(pid); ok {
+			r.maxRSSKiB, r.hwmKiB = max(r.maxRSSKiB, rss), max(r.hwmKiB, hwm)
+		}
+		pos, err := store.Load(ctx)
+		if err != nil {
+			continue
+		}
+		ok, err := done(pos)
+		if err != nil {
+			stop()
+			return r, err
+		}
+		if ok {
+			r.elapsed = time.Since(t0)
+			r.drained = true
+			if rss, hwm, ok := procMem(pid); ok {
+				r.maxRSSKiB, r.hwmKiB = max(r.maxRSSKiB, rss), max(r.hwmKiB, hwm)
+			}
+			stop()
+			return r, nil
+		}
+	}
+}
+
+// procMem reads VmRSS and VmHWM (KiB) of pid.
+func procMem(pid int) (rss, hwm float64, ok bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, found := strings.Cut(l, ":")
+		if !found {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) == 0 {
+			continue
+		}
+		n, _ := strconv.ParseFloat(f[0], 64)
+		switch k {
+		case "VmRSS":
+			rss = n
+		case "VmHWM":
+			hwm = n
+		}
+	}
+	return rss, hwm, hwm > 0
+}
+
+func exitString(err error) string {
+	if err == nil {
+		return "exit 0"
+	}
+	return err.Error()
+}
+
+// lastError returns the last error line of a log (else its last line), at most 500 bytes.
+func lastError(log string) string {
+	lines := strings.Split(strings.TrimSpace(log), "\n")
+	l := lines[len(lines)-1]
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], "level=ERROR") {
+			l = lines[i]
+			break
+		}
+	}
+	if i := strings.Index(l, "msg="); i >= 0 {
+		l = l[i:]
+	}
+	if len(l) > 500 {
+		l = l[:500] + "…"
+	}
+	return l
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes and reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
