@@ -53,7 +53,7 @@ func NewSource(c *config.Config, log *slog.Logger) func() source.Source {
 // KafkaConfig maps the kafka section to the producer's config.
 func KafkaConfig(c *config.Config) kafka.Config {
 	kc := kafka.Config{Brokers: c.Kafka.Brokers, ClientID: c.Kafka.ClientID, Compression: c.Kafka.Compression,
-		MaxInflightRecords: c.Kafka.MaxInflight, Linger: c.Kafka.Linger}
+		MaxInflightRecords: c.Kafka.MaxInflight, Linger: c.Kafka.Linger, MaxRecordBytes: c.Kafka.MaxRecordBytes}
 	if t := c.Kafka.TLS; t != nil {
 		kc.TLS = &kafka.TLSConfig{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, InsecureSkipVerify: t.InsecureSkipVerify}
 	}
@@ -134,7 +134,7 @@ func Run(ctx context.Context, c *config.Config, log *slog.Logger) error {
 			return s
 		},
 		Producer: prod, Route: router.Route, Classify: kafka.Classify,
-		Store: store, DLQTopic: c.Kafka.DLQTopic, MaxInflight: c.Kafka.MaxInflight,
+		Store: store, DLQTopic: c.Kafka.DLQTopic, MaxInflight: c.Kafka.MaxInflight, MaxRecordBytes: c.Kafka.MaxRecordBytes,
 		CommitInterval: c.Offsets.CommitInterval, ShutdownTimeout: c.ShutdownTimeout, Log: log, Metrics: m,
 		OnOpen: func() { m.SetUp(true) },
 	}

@@ -78,16 +78,19 @@ func (h *Headers) UnmarshalYAML(n *yaml.Node) error {
 }
 
 type Kafka struct {
-	Brokers     []string      `yaml:"brokers"`
-	ClientID    string        `yaml:"client_id"`
-	Delivery    string        `yaml:"delivery"`
-	Compression string        `yaml:"compression"`
-	DLQTopic    string        `yaml:"dlq_topic"`
-	DLQMaxRate  string        `yaml:"dlq_max_rate"`
-	MaxInflight int           `yaml:"max_inflight"`
-	Linger      time.Duration `yaml:"linger"`
-	TLS         *TLS          `yaml:"tls"`
-	SASL        *SASL         `yaml:"sasl"`
+	Brokers     []string `yaml:"brokers"`
+	ClientID    string   `yaml:"client_id"`
+	Delivery    string   `yaml:"delivery"`
+	Compression string   `yaml:"compression"`
+	DLQTopic    string   `yaml:"dlq_topic"`
+	DLQMaxRate  string   `yaml:"dlq_max_rate"`
+	MaxInflight int      `yaml:"max_inflight"`
+	// MaxRecordBytes is the largest record outboxd sends (keep it <= the brokers' and topics'
+	// message size limits); larger ones are dead-lettered as record_too_large.
+	MaxRecordBytes int           `yaml:"max_record_bytes"`
+	Linger         time.Duration `yaml:"linger"`
+	TLS            *TLS          `yaml:"tls"`
+	SASL           *SASL         `yaml:"sasl"`
 	// TransactionalID is the exactly_once producer's transactional.id; "" = "outboxd-" + the
 	// pipeline id.
 	TransactionalID string `yaml:"transactional_id"`
@@ -181,6 +184,10 @@ func Parse(b []byte, lookup func(string) (string, bool)) (*Config, error) {
 	if err := expandNode(&root, "", lookup); err != nil {
 		return nil, err
 	}
+	heartbeat := mappingValue(&root, "source", "postgres", "heartbeat_interval")
+	if heartbeat != nil && heartbeat.Kind == yaml.ScalarNode && heartbeat.Value == "0" {
+		heartbeat.Value, heartbeat.Tag, heartbeat.Style = "0s", "!!str", 0 // "0 disables"; YAML's int 0 is no duration
+	}
 	expanded, err := yaml.Marshal(&root)
 	if err != nil {
 		return nil, &Error{Msg: err.Error()}
@@ -201,10 +208,36 @@ func Parse(b []byte, lookup func(string) (string, bool)) (*Config, error) {
 		return nil, &Error{Key: keyAtLine(expanded, err.Error()), Msg: msg}
 	}
 	c.applyDefaults()
+	if heartbeat == nil { // absent: on by default; an explicit 0 disables
+		c.Source.Postgres.HeartbeatInterval = 30 * time.Second
+	}
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// mappingValue returns the value node at path through the document's mappings (nil if absent).
+func mappingValue(n *yaml.Node, path ...string) *yaml.Node {
+	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+		n = n.Content[0]
+	}
+	for _, k := range path {
+		if n.Kind != yaml.MappingNode {
+			return nil
+		}
+		var next *yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == k {
+				next = n.Content[i+1]
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		n = next
+	}
+	return n
 }
 
 // keyAtLine finds the dotted key whose key or value sits on line of the (re-marshalled) YAML doc,

@@ -42,6 +42,9 @@ func (c *Config) applyDefaults() {
 	if c.Kafka.MaxInflight == 0 {
 		c.Kafka.MaxInflight = 10000
 	}
+	if c.Kafka.MaxRecordBytes == 0 {
+		c.Kafka.MaxRecordBytes = 1 << 20
+	}
 	if c.Kafka.Linger == 0 {
 		c.Kafka.Linger = 5 * time.Millisecond
 	}
@@ -140,6 +143,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Kafka.MaxInflight < 1 {
 		return &Error{Key: "kafka.max_inflight", Msg: "must be at least 1"}
+	}
+	if c.Kafka.MaxRecordBytes < 1024 {
+		return &Error{Key: "kafka.max_record_bytes", Msg: "must be at least 1024"}
 	}
 	if c.Kafka.Linger < 0 {
 		return &Error{Key: "kafka.linger", Msg: "must not be negative"}

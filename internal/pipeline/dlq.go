@@ -18,6 +18,9 @@ const (
 	HeaderSourceTable    = "outboxd.source.table"
 	HeaderSourcePosition = "outboxd.source.position"
 	HeaderErrorTime      = "outboxd.error.time"
+	// HeaderValueDropped is set (to the dead letter's size in bytes) when the value had to be
+	// left out because the dead letter would exceed the record size limit itself.
+	HeaderValueDropped = "outboxd.error.value_dropped"
 )
 
 // DeadLetter builds the dead-letter record for a record that can never be delivered. rec is the

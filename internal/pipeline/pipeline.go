@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 
@@ -49,6 +50,7 @@ type Options struct {
 	DLQBreaker Breaker
 
 	MaxInflight     int           // unresolved records (default 10000)
+	MaxRecordBytes  int           // the producer's record size limit; bigger dead letters lose their value (default 1 MiB)
 	MaxTxs          int           // uncommitted transactions (default 4*MaxInflight)
 	TxBuffer        int           // transactions read ahead of the loop (default 64)
 	CommitInterval  time.Duration // how often the acked prefix is stored (default 100ms)
@@ -115,6 +117,9 @@ func (o *Options) defaults() {
 	}
 	if o.MaxTxs <= 0 {
 		o.MaxTxs = 4 * o.MaxInflight
+	}
+	if o.MaxRecordBytes <= 0 {
+		o.MaxRecordBytes = 1 << 20
 	}
 	if o.TxBuffer <= 0 {
 		o.TxBuffer = 64
@@ -379,6 +384,12 @@ func (r *runner) handleOutcomes(ctx context.Context) error {
 func (r *runner) deadLetter(ctx context.Context, f *inflight, stage, reason string, cause error) error {
 	dl := DeadLetter(f.rec, f.row, stage, reason, cause.Error(), f.pos, time.Now())
 	dl.Topic = r.o.DLQTopic
+	if size := dl.Size(); size > r.o.MaxRecordBytes {
+		// The dead letter would be refused too (a payload over the size limit): keep the headers,
+		// drop the value; the row is still in the outbox table under its id.
+		dl.Value = nil
+		dl.Headers = append(dl.Headers, sink.Header{Key: HeaderValueDropped, Value: []byte(strconv.Itoa(size))})
+	}
 	id := ""
 	if f.row != nil {
 		if v, ok := f.row.Get("id"); ok {

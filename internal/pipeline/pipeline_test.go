@@ -328,3 +328,36 @@ func TestDLQBreakerStopsThePipeline(t *testing.T) {
 		t.Fatalf("stored %s past the record that tripped the breaker (08)", got)
 	}
 }
+
+// A record too large for Kafka must not make its dead letter too large as well (that would stop
+// the pipeline on every restart): the value is dropped and its size recorded.
+func TestHugeRecordDeadLetterDropsValue(t *testing.T) {
+	big := row("a", "big")
+	big.Values[3] = source.Value{Bytes: make([]byte, 10<<20)}
+	src := &fakeSource{txs: []source.Tx{{Position: "01", Rows: []source.Row{big}}, {Position: "02", Rows: []source.Row{row("b", "x")}}}}
+	p, st := &fakeProducer{auto: true, failFor: map[string]error{"outbox.event.big": errors.New("too large")}}, &memStore{}
+	o := options(src, p, st)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error)
+	go func() { errc <- Run(ctx, o) }()
+	waitFor(t, "stored 02", func() bool { return st.get() == "02" })
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range p.queued {
+		if r.Topic != "dlq" {
+			continue
+		}
+		if r.Value != nil || r.Size() > 1<<20 {
+			t.Fatalf("dead letter of %d bytes with value of %d", r.Size(), len(r.Value))
+		}
+		for _, h := range r.Headers {
+			if h.Key == HeaderValueDropped && len(h.Value) > 0 {
+				return
+			}
+		}
+		t.Fatalf("no %s header: %+v", HeaderValueDropped, r.Headers)
+	}
+	t.Fatal("no dead letter")
+}
