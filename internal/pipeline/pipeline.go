@@ -53,6 +53,7 @@ type Options struct {
 	MaxRecordBytes  int           // the producer's record size limit; bigger dead letters lose their value (default 1 MiB)
 	MaxTxs          int           // uncommitted transactions (default 4*MaxInflight)
 	TxBuffer        int           // transactions read ahead of the loop (default 64)
+	ReadAheadRows   int           // rows read ahead of the loop, across those transactions (default 2048)
 	CommitInterval  time.Duration // how often the acked prefix is stored (default 100ms)
 	ShutdownTimeout time.Duration // how long a stop waits for in-flight acks (default 30s)
 	Log             *slog.Logger
@@ -123,6 +124,9 @@ func (o *Options) defaults() {
 	}
 	if o.TxBuffer <= 0 {
 		o.TxBuffer = 64
+	}
+	if o.ReadAheadRows <= 0 {
+		o.ReadAheadRows = 2048
 	}
 	if o.CommitInterval <= 0 {
 		o.CommitInterval = 100 * time.Millisecond
@@ -216,6 +220,7 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 	readCtx, stopReading := context.WithCancel(ctx)
 	defer stopReading()
 	txCh := make(chan source.Tx, r.o.TxBuffer)
+	budget := newRowBudget(r.o.ReadAheadRows)
 	errCh := make(chan error, 1)
 	var readers sync.WaitGroup
 	readers.Add(1)
@@ -223,6 +228,9 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 		defer readers.Done()
 		for {
 			tx, err := r.src.Next(readCtx)
+			if err == nil {
+				err = budget.acquire(readCtx, len(tx.Rows))
+			}
 			if err != nil {
 				errCh <- err
 				return
@@ -249,6 +257,7 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 		}
 		select {
 		case tx := <-in:
+			budget.release(len(tx.Rows))
 			pending = &tx
 		case <-r.wake:
 			if err := r.handleOutcomes(ctx); err != nil {
@@ -441,6 +450,44 @@ func reasonOf(err error) string {
 		return re.ReasonCode()
 	}
 	return "invalid_value"
+}
+
+// rowBudget bounds the rows buffered between the reader and the loop (the transaction channel
+// alone would bound transactions, not their size). One goroutine acquires, another releases.
+type rowBudget struct {
+	mu        sync.Mutex
+	used, max int
+	freed     chan struct{}
+}
+
+func newRowBudget(max int) *rowBudget { return &rowBudget{max: max, freed: make(chan struct{}, 1)} }
+
+// acquire blocks until n rows fit (a transaction larger than max fits when nothing is buffered).
+func (b *rowBudget) acquire(ctx context.Context, n int) error {
+	for {
+		b.mu.Lock()
+		if b.used == 0 || b.used+n <= b.max {
+			b.used += n
+			b.mu.Unlock()
+			return nil
+		}
+		b.mu.Unlock()
+		select {
+		case <-b.freed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (b *rowBudget) release(n int) {
+	b.mu.Lock()
+	b.used -= n
+	b.mu.Unlock()
+	select {
+	case b.freed <- struct{}{}:
+	default:
+	}
 }
 
 type backoff struct {
