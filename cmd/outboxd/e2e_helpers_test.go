@@ -107,7 +107,8 @@ func (e *env) start() *proc {
 			e.t.Fatalf("outboxd exited with %d:\n%s", p.code, p.out.String())
 		default:
 		}
-		return active
+		// The log line proves this process (not a dead one's walsender) holds the slot.
+		return active && strings.Contains(p.out.String(), "replication started")
 	})
 	return p
 }

@@ -61,6 +61,10 @@ func (e *mysqlEnv) start() *proc {
 			e.t.Fatalf("outboxd exited with %d:\n%s", p.code, p.out.String())
 		default:
 		}
+		// The log line proves this process (not a dead one's lingering dump thread) is connecting.
+		if !strings.Contains(p.out.String(), "mysql source opening") {
+			return false
+		}
 		rows, _ := e.db.Query("", "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
 		return len(rows) == 1 && rows[0][0] != "0"
 	})
