@@ -1,11 +1,12 @@
 // Command outboxd-bench measures outboxd against the database's own log reader and a polling
-// worker: drain rates, commit-to-consume latency, peak memory. It starts a private PostgreSQL and
-// the embedded Kafka-protocol broker unless -pg-dsn / -brokers name servers to use, and prints a
-// Markdown table (and JSON with -json).
+// worker: drain rates, commit-to-consume latency, peak memory. It starts a private PostgreSQL, a
+// private MariaDB (drain-mariadb) and the embedded Kafka-protocol broker unless -pg-dsn /
+// -mysql-dsn / -brokers name servers to use, and prints a Markdown table (and JSON with -json).
 //
 //	go run ./cmd/outboxd-bench                 # full run (N = 100000), under 10 minutes on 2 cores
 //	go run ./cmd/outboxd-bench -short          # CI: tiny sizes, about a minute
 //	go run ./cmd/outboxd-bench -only drain-pg-1 -cpuprofile /tmp/ob
+//	go run ./cmd/outboxd-bench -only drain-mariadb  # outboxd vs a bare go-mysql BinlogSyncer
 package main
 
 import (
@@ -31,6 +32,7 @@ func main() {
 	flag.IntVar(&o.Rounds, "rounds", 0, "drain rounds per tool (default 3; 1 with -short)")
 	flag.StringVar(&only, "only", "", "comma-separated scenarios to run: "+strings.Join(bench.Scenarios, ","))
 	flag.StringVar(&o.PGDSN, "pg-dsn", "", "use this PostgreSQL database (URL; superuser or REPLICATION+CREATE) instead of a private server")
+	flag.StringVar(&o.MySQLDSN, "mysql-dsn", "", "use this MariaDB (mysql://user:pass@host:3306/db; REPLICATION SLAVE, BINLOG MONITOR, CREATE) instead of a private server (drain-mariadb)")
 	flag.StringVar(&brokers, "brokers", "", "use these Kafka brokers (comma-separated host:port) instead of the embedded broker")
 	flag.StringVar(&jsonPath, "json", "", "also write the report as JSON to this file")
 	flag.IntVar(&o.LatencyRate, "latency-rate", 0, "inserts/s of the latency scenario (default 2000)")

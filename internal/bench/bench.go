@@ -1,6 +1,7 @@
 // Package bench is outboxd's benchmark harness (cmd/outboxd-bench): it starts a private
-// PostgreSQL and the embedded Kafka-protocol broker (or uses given servers), runs scenarios
-// against them and reports a Markdown table plus JSON.
+// PostgreSQL, a private MariaDB and the embedded Kafka-protocol broker (or uses given servers),
+// runs scenarios against them and reports a Markdown table plus JSON. Each server is started
+// only when a selected scenario needs it.
 //
 // Scenarios (names for -only):
 //
@@ -11,10 +12,14 @@
 //	latency-pg     steady inserts (Rate/s for LatencyDuration), commit → consumed percentiles
 //	memory-pg      peak RSS of an outboxd process draining min(10*N, 1M) rows, and 10 MB payloads
 //	poll-pg        baseline: a polling worker (SELECT ... FOR UPDATE SKIP LOCKED, produce, mark sent)
-//	drain-mariadb  hook for the MariaDB drain (outboxd vs a bare go-mysql BinlogSyncer): not yet
+//	drain-mariadb  MariaDB drain: a bare go-mysql BinlogSyncer (decoding the rows events) and
+//	               outboxd, each reading the same binlog range from the GTID position captured
+//	               before the backlog with its own server_id, Rounds rounds with the order
+//	               rotating; single-row transactions (reported as drain-mariadb-1), then
+//	               1000-row transactions (drain-mariadb-1000)
 //
 // Sources are behind the Backend interface (backend.go): the drain scenario is written against
-// it, so the MariaDB drain needs only a Backend implementation (see drainMariaDB).
+// it (PostgreSQL: postgres.go, MariaDB: mariadb.go).
 package bench
 
 import (
@@ -41,6 +46,7 @@ type Options struct {
 	Rounds          int           // drain rounds: each tool drains once per round, the order rotating
 	Only            []string      // scenario names to run (empty: all)
 	PGDSN           string        // use this PostgreSQL (database URL, superuser or REPLICATION+CREATE) instead of a private one
+	MySQLDSN        string        // use this MariaDB (mysql://user:pass@host:port/db; REPLICATION SLAVE, BINLOG MONITOR, CREATE) instead of a private one
 	Brokers         []string      // use these Kafka brokers instead of the embedded one
 	LatencyRate     int           // inserts/s of the latency scenario
 	LatencyDuration time.Duration // length of the latency scenario
@@ -142,7 +148,8 @@ type Machine struct {
 	MemMiB   int    `json:"mem_mib"`
 	OS       string `json:"os"`
 	Go       string `json:"go"`
-	Postgres string `json:"postgres"`
+	Postgres string `json:"postgres,omitempty"`
+	MariaDB  string `json:"mariadb,omitempty"`
 	Kafka    string `json:"kafka"`
 	// Load averages (1 min) at start and end: other work on the machine skews the rates.
 	LoadStart string `json:"load_start"`
@@ -199,7 +206,6 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	defer e.stop()
-	rep.Machine = e.machine
 
 	var failed []string
 	run := func(name string, f func(context.Context, *env) ([]Result, error)) {
@@ -231,6 +237,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	run("poll-pg", pollPG)
 	run("drain-mariadb", drainMariaDB)
 	rep.Duration = time.Since(rep.Started).Round(time.Millisecond).String()
+	rep.Machine = e.machine // scenarios add the servers they started (MariaDB)
 	rep.Machine.LoadEnd = loadAvg()
 	WriteMarkdown(o.Out, rep)
 	if ctx.Err() != nil {
@@ -247,7 +254,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 func startEnv(ctx context.Context, o *Options) (*env, error) {
 	e := &env{o: o, runID: fmt.Sprintf("r%d", time.Now().Unix()%100000), stopPG: func() {}, stopKafk: func() {}}
 	e.machine = machineInfo()
-	if o.PGDSN != "" {
+	if !o.needsPG() {
+		// Only MariaDB scenarios: no PostgreSQL.
+	} else if o.PGDSN != "" {
 		e.pgDSN = o.PGDSN
 	} else {
 		o.Log.Info("starting a private PostgreSQL")
@@ -275,6 +284,9 @@ func startEnv(ctx context.Context, o *Options) (*env, error) {
 		e.brokers = []string{b.Addr()}
 		e.machine.Kafka = "kfake (franz-go embedded broker, in the bench process, TCP)"
 	}
+	if !o.needsPG() {
+		return e, nil
+	}
 	v, err := pgVersion(ctx, e.pgDSN)
 	if err != nil {
 		e.stop()
@@ -285,6 +297,19 @@ func startEnv(ctx context.Context, o *Options) (*env, error) {
 		e.machine.Postgres += " (private: fsync=off, autovacuum=off)"
 	}
 	return e, nil
+}
+
+// needsPG reports whether a selected scenario runs on PostgreSQL.
+func (o *Options) needsPG() bool {
+	if len(o.Only) == 0 {
+		return true
+	}
+	for _, s := range o.Only {
+		if s != "drain-mariadb" {
+			return true
+		}
+	}
+	return false
 }
 
 // dropTopics deletes a finished run's topics (a failure is only logged).
@@ -324,8 +349,15 @@ func machineInfo() Machine {
 func WriteMarkdown(w io.Writer, r *Report) {
 	m := r.Machine
 	fmt.Fprintf(w, "\n### outboxd bench — %s\n\n", r.Started.UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(w, "Machine: %s, %d cores, %d MiB RAM, %s, %s, load average %s at start, %s at end. PostgreSQL: %s. Kafka: %s.\n",
-		m.CPU, m.Cores, m.MemMiB, m.OS, m.Go, m.LoadStart, m.LoadEnd, m.Postgres, m.Kafka)
+	fmt.Fprintf(w, "Machine: %s, %d cores, %d MiB RAM, %s, %s, load average %s at start, %s at end.",
+		m.CPU, m.Cores, m.MemMiB, m.OS, m.Go, m.LoadStart, m.LoadEnd)
+	if m.Postgres != "" {
+		fmt.Fprintf(w, " PostgreSQL: %s.", m.Postgres)
+	}
+	if m.MariaDB != "" {
+		fmt.Fprintf(w, " MariaDB: %s.", m.MariaDB)
+	}
+	fmt.Fprintf(w, " Kafka: %s.\n", m.Kafka)
 	fmt.Fprintf(w, "Options: N=%d, rounds=%d, latency %d/s for %s, memory backlog %d rows, poll batch %d%s. Took %s.\n\n",
 		r.Options.N, r.Options.Rounds, r.Options.LatencyRate, r.Options.LatencyDuration, r.Options.MemoryRows,
 		r.Options.PollBatch, map[bool]string{true: " (-short)"}[r.Options.Short], r.Duration)

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/outboxd/outboxd/internal/app"
@@ -50,12 +51,24 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 
 	covers := func(p offsets.Position) (bool, error) { return be.Covers(b, p) }
 	rates := make([][]float64, tools) // per tool, per round
+	dups := make([]int64, tools)      // records beyond the backlog, per tool
+	cpus := make([][]float64, tools)  // CPU µs per event, per tool, per round (see cpuNow)
 	for r := range o.Rounds {
 		for k := range tools {
 			tool := (k + r) % tools
 			i := r*tools + tool // reader
 			topicPrefix := fmt.Sprintf("outboxd-bench.%s.%d.", tag, i)
 			var d time.Duration
+			cfgText := ""
+			if tool >= len(refs) {
+				cfgText = outboxdYAML(e, be.SourceYAML(b, i), topicPrefix, "")
+				if pos := be.StartPosition(b, i); pos != "" {
+					if err := seedOffsets(ctx, cfgText, pos); err != nil {
+						return nil, err
+					}
+				}
+			}
+			cpu0 := cpuNow()
 			switch names[tool] {
 			case inProcess:
 				var prof profiles
@@ -65,10 +78,10 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 				if o.BlockProfile != "" {
 					prof.block = fmt.Sprintf("%s.%s.%d.pprof", o.BlockProfile, scenario, r+1)
 				}
-				d, err = runOutboxdInProcess(ctx, e, outboxdYAML(e, be.SourceYAML(b, i), topicPrefix, ""), covers, prof)
+				d, err = runOutboxdInProcess(ctx, e, cfgText, covers, prof)
 			case process:
 				var pr procRun
-				pr, err = runOutboxdProcess(ctx, bin, outboxdYAML(e, be.SourceYAML(b, i), topicPrefix, ""), covers)
+				pr, err = runOutboxdProcess(ctx, bin, cfgText, covers)
 				if err == nil && !pr.drained {
 					err = fmt.Errorf("outboxd process stopped before draining the backlog: %s: %s", pr.exit, pr.logTail)
 				}
@@ -79,6 +92,7 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", names[tool], err)
 			}
+			cpu := cpuNow() - cpu0
 			if tool >= len(refs) {
 				n, err := countRecords(e.brokers, topicsOf(topicPrefix))
 				if err != nil {
@@ -87,11 +101,18 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 				if n < int64(b.Rows) {
 					return nil, fmt.Errorf("%s: the backlog's end was stored but Kafka holds %d records of %d", names[tool], n, b.Rows)
 				}
+				if n > int64(b.Rows) {
+					// At-least-once allows it, but a drain from a clean start should not repeat.
+					o.Log.Warn("Kafka holds more records than the backlog (duplicates)", "tool", names[tool], "round", r+1,
+						"records", n, "rows", b.Rows)
+					dups[tool] += n - int64(b.Rows)
+				}
 				e.dropTopics(topicPrefix)
 			}
 			o.Log.Info("drained", "tool", names[tool], "round", r+1, "took", d.Round(time.Millisecond),
-				"events/s", int(float64(b.Rows)/d.Seconds()))
+				"events/s", int(float64(b.Rows)/d.Seconds()), "cpu", cpu.Round(time.Millisecond))
 			rates[tool] = append(rates[tool], float64(b.Rows)/d.Seconds())
+			cpus[tool] = append(cpus[tool], float64(cpu.Microseconds())/float64(b.Rows))
 		}
 	}
 	shape := "single-row transactions"
@@ -100,19 +121,26 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 	}
 	var res []Result
 	for k, name := range names {
-		detail := "runs: " + fmtRates(rates[k])
+		detail := "runs: " + fmtRates(rates[k]) + "; CPU µs/event: " + fmtFloats(cpus[k], "%.1f")
 		switch {
 		case k == 0:
 			detail = fmt.Sprintf("%s, %d events, backlog loaded at %.0f rows/s; %s", shape, b.Rows,
 				float64(b.Rows)/b.LoadTime.Seconds(), detail)
 		case k >= len(refs):
 			detail = "default config (lz4, max_inflight 10000, linger 5ms), until the offsets file covers the last row; " + detail
+			if dups[k] > 0 {
+				detail += fmt.Sprintf("; %d duplicate records in Kafka", dups[k])
+			}
 		}
 		if k < len(refs) {
 			name = refs[k] + " drain"
 		}
+		extra := runsExtra(rates[k])
+		for r, c := range cpus[k] {
+			extra[fmt.Sprintf("cpu_us_per_event_run%d", r+1)] = c
+		}
 		res = append(res, Result{Scenario: scenario, Name: name, Value: mean(rates[k]), Unit: "events/s",
-			Detail: detail, Extra: runsExtra(rates[k])})
+			Detail: detail, Extra: extra})
 	}
 	for k := len(refs); k < tools; k++ {
 		which := "in-process"
@@ -123,10 +151,11 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 		for r := range rates[k] {
 			ratios = append(ratios, rates[k][r]/rates[0][r])
 		}
-		detail := "per round: " + fmtFloats(ratios, "%.2f") + " (target ≥ 0.9)"
+		detail := "per round: " + fmtFloats(ratios, "%.2f") + fmt.Sprintf(" (target ≥ %.2g)", be.RatioTarget())
 		for j := 1; j < len(refs); j++ {
 			detail += fmt.Sprintf("; vs %s: %.2f", refs[j], mean(rates[k])/mean(rates[j]))
 		}
+		detail += fmt.Sprintf("; CPU per event %.1f× %s's", mean(cpus[k])/mean(cpus[0]), refs[0])
 		res = append(res, Result{Scenario: scenario, Name: fmt.Sprintf("ratio outboxd (%s) / %s", which, refs[0]),
 			Value: mean(rates[k]) / mean(rates[0]), Unit: "ratio", Detail: detail})
 	}
@@ -164,6 +193,23 @@ http:
 log:
   level: warn
 `, sourceYAML, topicPrefix, strings.Join(e.brokers, ", "), topicPrefix, kafkaExtra(e.o.KafkaExtra), filepath.Join(dir, "offsets.json"), listen)
+}
+
+// seedOffsets stores pos in the offsets store of the config text (before outboxd starts), as
+// `outboxd offsets set` would.
+func seedOffsets(ctx context.Context, cfgText string, pos offsets.Position) error {
+	cfg, err := config.Parse([]byte(cfgText), os.LookupEnv)
+	if err != nil {
+		return fmt.Errorf("bench config: %w\n%s", err, cfgText)
+	}
+	store, err := app.Store(cfg)
+	if err != nil {
+		return err
+	}
+	if err := store.Save(ctx, pos); err != nil {
+		return fmt.Errorf("seed the offsets store with %s: %w", pos, err)
+	}
+	return nil
 }
 
 func kafkaExtra(lines []string) string {
@@ -263,6 +309,18 @@ func runOutboxdInProcess(ctx context.Context, e *env, cfgText string, done func(
 			return d, nil
 		}
 	}
+}
+
+// cpuNow is the CPU time (user + system) used so far by this process and its waited-for
+// children. Per drain run it covers the tool (the bare reader, outboxd in-process, or the
+// outboxd / pg_recvlogical child once waited for) plus the bench's own goroutines, the embedded
+// broker included: unlike the wall time it does not count other work on the machine.
+func cpuNow() time.Duration {
+	var self, children syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children)
+	tv := func(t syscall.Timeval) time.Duration { return time.Duration(t.Nano()) }
+	return tv(self.Utime) + tv(self.Stime) + tv(children.Utime) + tv(children.Stime)
 }
 
 func mean(xs []float64) float64 {

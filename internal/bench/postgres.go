@@ -97,6 +97,11 @@ func (p *pgBackend) References() []string {
 	return []string{"pg_recvlogical", "bare pglogrepl reader"}
 }
 
+func (p *pgBackend) RatioTarget() float64 { return 0.9 }
+
+// StartPosition: none, the slot keeps it.
+func (p *pgBackend) StartPosition(*Backlog, int) offsets.Position { return "" }
+
 func (p *pgBackend) ensureSchema(ctx context.Context) error {
 	p.setup.Do(func() { p.err = pgExec(ctx, p.e.pgDSN, pgSetupSQL()...) })
 	return p.err
