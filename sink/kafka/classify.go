@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/outboxd/outboxd/sink"
 	"io"
 	"net"
 	"syscall"
@@ -165,19 +166,8 @@ func needsIsolation(err error) bool {
 // [a-zA-Z0-9._-], and not "." or "..". The error unwraps to sarama.ErrInvalidTopic, so
 // Classify reports it as permanent with reason invalid_topic.
 func ValidTopicName(name string) error {
-	switch {
-	case name == "":
-		return &topicNameError{name, "is empty"}
-	case len(name) > 249:
-		return &topicNameError{name, fmt.Sprintf("is %d characters long, the limit is 249", len(name))}
-	case name == "." || name == "..":
-		return &topicNameError{name, "is reserved"}
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return &topicNameError{name, fmt.Sprintf("contains %q at byte %d; only a-z A-Z 0-9 . _ - are allowed", c, i)}
-		}
+	if err := sink.ValidTopic(name); err != nil {
+		return &topicNameError{name, err.Error()}
 	}
 	return nil
 }
@@ -185,7 +175,7 @@ func ValidTopicName(name string) error {
 type topicNameError struct{ name, why string }
 
 func (e *topicNameError) Error() string {
-	return fmt.Sprintf("invalid Kafka topic name %q: %s", e.name, e.why)
+	return "invalid Kafka topic: " + e.why
 }
 
 func (e *topicNameError) Unwrap() error { return sarama.ErrInvalidTopic }

@@ -205,25 +205,5 @@ func canonicalID(b []byte) []byte {
 	return out
 }
 
-// ValidTopic checks a Kafka topic name: 1..249 characters of [a-zA-Z0-9._-], not "." or "..".
-func ValidTopic(name string) error {
-	if name == "" {
-		return fmt.Errorf("topic name is empty")
-	}
-	if len(name) > 249 {
-		return fmt.Errorf("topic name is %d characters long, Kafka allows at most 249", len(name))
-	}
-	if name == "." || name == ".." {
-		return fmt.Errorf("topic name %q is not allowed", name)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("topic name %q has the illegal character %q (Kafka allows [a-zA-Z0-9._-])", name, c)
-		}
-	}
-	return nil
-}
-
-// ReasonCode returns the stable snake_case reason used in DLQ headers and metrics.
-func (e *Error) ReasonCode() string { return e.Reason }
+// ValidTopic checks a Kafka topic name (see sink.ValidTopic).
+func ValidTopic(name string) error { return sink.ValidTopic(name) }
