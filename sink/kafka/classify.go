@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/outboxd/outboxd/sink"
 	"io"
 	"net"
 	"syscall"
 
 	"github.com/IBM/sarama"
 	"github.com/eapache/go-resiliency/breaker"
+
+	"github.com/outboxd/outboxd/sink"
 )
 
 // Errors the Producer returns or passes to done.
