@@ -207,3 +207,6 @@ func canonicalID(b []byte) []byte {
 
 // ValidTopic checks a Kafka topic name (see sink.ValidTopic).
 func ValidTopic(name string) error { return sink.ValidTopic(name) }
+
+// ReasonCode returns the stable snake_case reason used in DLQ headers and metrics.
+func (e *Error) ReasonCode() string { return e.Reason }

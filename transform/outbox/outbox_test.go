@@ -160,3 +160,12 @@ func BenchmarkRoute(b *testing.B) {
 		}
 	}
 }
+
+func TestErrorReasonCode(t *testing.T) {
+	var rc interface{ ReasonCode() string }
+	r, _ := New(DefaultConfig())
+	_, err := r.Route(row("id", uid, "aggregatetype", "a b", "aggregateid", "1", "payload", "p"))
+	if !errors.As(err, &rc) || rc.ReasonCode() != "invalid_topic" {
+		t.Fatalf("err %v has no ReasonCode invalid_topic", err)
+	}
+}
