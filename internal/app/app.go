@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -45,7 +46,8 @@ func NewSource(c *config.Config, log *slog.Logger) func() source.Source {
 	default:
 		return func() source.Source {
 			return postgres.New(postgres.Config{DSN: c.Source.DSN, Tables: c.Source.Tables, Slot: c.Source.Postgres.Slot,
-				Publication: c.Source.Postgres.Publication, StandbyTimeout: c.Source.Postgres.StatusInterval}, log)
+				Publication: c.Source.Postgres.Publication, StandbyTimeout: c.Source.Postgres.StatusInterval,
+				HeartbeatInterval: c.Source.Postgres.HeartbeatInterval}, log)
 		}
 	}
 }
@@ -79,6 +81,8 @@ func Store(c *config.Config) (offsets.Store, error) {
 	switch c.Offsets.Store {
 	case "file":
 		return &offsets.FileStore{Path: c.Offsets.Path, Source: SourceName(c)}, nil
+	case "kafka":
+		return &offsets.KafkaStore{Kafka: KafkaConfig(c), Topic: c.Offsets.Topic, Key: PipelineID(c), Source: SourceName(c)}, nil
 	default:
 		return nil, &config.Error{Key: "offsets.store", Msg: fmt.Sprintf("%q is not available in this version (use file)", c.Offsets.Store)}
 	}
@@ -92,11 +96,25 @@ func SourceName(c *config.Config) string {
 	return "postgres:" + c.Source.Postgres.Slot
 }
 
+// PipelineID identifies the pipeline: its key in offsets.topic (offsets.key overrides).
+func PipelineID(c *config.Config) string {
+	if c.Offsets.Key != "" {
+		return c.Offsets.Key
+	}
+	return SourceName(c)
+}
+
+// TransactionalID is the exactly_once producer's transactional.id (kafka.transactional_id
+// overrides "outboxd-" + the pipeline id).
+func TransactionalID(c *config.Config) string {
+	if c.Kafka.TransactionalID != "" {
+		return c.Kafka.TransactionalID
+	}
+	return "outboxd-" + PipelineID(c)
+}
+
 // Run runs the pipeline of c until ctx ends (graceful stop) or a fatal error.
 func Run(ctx context.Context, c *config.Config, log *slog.Logger) error {
-	if c.Kafka.Delivery == "exactly_once" {
-		return &config.Error{Key: "kafka.delivery", Msg: "exactly_once is not available in this version yet; use at_least_once"}
-	}
 	secrets := secretsOf(c)
 	if err := Preflight(ctx, c, log); err != nil {
 		return err
@@ -109,9 +127,22 @@ func Run(ctx context.Context, c *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if ks, ok := store.(*offsets.KafkaStore); ok {
+		ks.Log = log
+		defer ks.Close()
+	}
 	m := metrics.New()
 	if err := m.Serve(ctx, c.HTTP.Listen, log); err != nil {
 		return fmt.Errorf("http.listen %s: %w", c.HTTP.Listen, err)
+	}
+	// Hot standby (standby.go): wait while another instance of this pipeline is active.
+	return runStandby(ctx, c, log, m, func(ctx context.Context) error { return runActive(ctx, c, log, m, store, router, secrets) })
+}
+
+// runActive runs the pipeline while this instance is the active one.
+func runActive(ctx context.Context, c *config.Config, log *slog.Logger, m *metrics.Metrics, store offsets.Store, router *outbox.Router, secrets []string) error {
+	if c.Kafka.Delivery == "exactly_once" {
+		return runExactlyOnce(ctx, c, log, store.(*offsets.KafkaStore), router, m, secrets)
 	}
 	prod, err := kafka.New(KafkaConfig(c), log)
 	if err != nil {
@@ -123,7 +154,7 @@ func Run(ctx context.Context, c *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return &config.Error{Key: "kafka.dlq_max_rate", Msg: err.Error()}
 	}
-	newSource := NewSource(c, log)
+	newSource := activeSource(ctx, NewSource(c, log))
 	var current atomic.Pointer[source.Source]
 	go reportLag(ctx, &current, m)
 	opts := pipeline.Options{
@@ -139,6 +170,50 @@ func Run(ctx context.Context, c *config.Config, log *slog.Logger) error {
 		OnOpen: func() { m.SetUp(true) },
 	}
 	err = pipeline.Run(ctx, opts)
+	m.SetUp(false)
+	if err != nil {
+		return fmt.Errorf("%s", Scrub(err.Error(), secrets...))
+	}
+	return nil
+}
+
+// runExactlyOnce runs kafka.delivery exactly_once: transactional producer, position inside the
+// Kafka transaction (internal/pipeline/eos.go).
+func runExactlyOnce(ctx context.Context, c *config.Config, log *slog.Logger, store *offsets.KafkaStore,
+	router *outbox.Router, m *metrics.Metrics, secrets []string) error {
+	breaker, err := pipeline.ParseRate(c.Kafka.DLQMaxRate)
+	if err != nil {
+		return &config.Error{Key: "kafka.dlq_max_rate", Msg: err.Error()}
+	}
+	crash, err := pipeline.CrashHook(os.Getenv(pipeline.CrashEnv), log, func() { os.Exit(137) }) // test only
+	if err != nil {
+		return err
+	}
+	txnID := TransactionalID(c)
+	log.Info("starting outboxd", "source", c.Source.Type, "dsn", Redact(c.Source.DSN), "tables", c.Source.Tables,
+		"brokers", c.Kafka.Brokers, "delivery", c.Kafka.Delivery, "offsets", c.Offsets.Store, "offsets_topic", c.Offsets.Topic,
+		"pipeline_id", PipelineID(c), "transactional_id", txnID)
+	newSource := activeSource(ctx, NewSource(c, log))
+	var current atomic.Pointer[source.Source]
+	go reportLag(ctx, &current, m)
+	err = pipeline.RunExactlyOnce(ctx, pipeline.EOSOptions{
+		NewSource: func() source.Source {
+			s := newSource()
+			current.Store(&s)
+			return s
+		},
+		NewProducer: func() (pipeline.TxnProducer, error) {
+			p, err := kafka.NewTxn(KafkaConfig(c), kafka.TxnOptions{ID: txnID}, log)
+			if err != nil {
+				return nil, err // not a typed nil
+			}
+			return p, nil
+		},
+		Route: router.Route, Classify: kafka.Classify, Fatal: kafka.TxnFatal, Fenced: kafka.IsFenced, Store: store,
+		TransactionalID: txnID, DLQTopic: c.Kafka.DLQTopic, DLQBreaker: breaker, MaxRecordBytes: c.Kafka.MaxRecordBytes,
+		ShutdownTimeout: c.ShutdownTimeout, Log: log, Metrics: m, Crash: crash,
+		OnOpen: func() { m.SetUp(true) },
+	})
 	m.SetUp(false)
 	if err != nil {
 		return fmt.Errorf("%s", Scrub(err.Error(), secrets...))

@@ -43,6 +43,13 @@ type Config struct {
 	// StandbyTimeout is the interval between standby status updates (default 10s). Keep it well
 	// below the server's wal_sender_timeout (default 60s).
 	StandbyTimeout time.Duration
+	// HeartbeatInterval (source.postgres.heartbeat_interval): when no outbox change was handed
+	// out for this long, emit a heartbeat message (see heartbeat.go). 0 disables. Needs
+	// PostgreSQL 14+ (pgoutput messages); ignored with a notice on older servers.
+	HeartbeatInterval time.Duration
+	// SlotCheckInterval is how often the slot's wal_status and retained WAL are checked while
+	// streaming (see slotwatch.go); default 10s, negative disables.
+	SlotCheckInterval time.Duration
 }
 
 const (
@@ -97,6 +104,8 @@ type Source struct {
 	repl   *pgconn.PgConn
 	opened bool
 	closed bool
+
+	ext extras // heartbeats, slot watch, fatal errors (heartbeat.go, slotwatch.go)
 }
 
 var _ source.Source = (*Source)(nil)
@@ -112,10 +121,15 @@ func New(cfg Config, log *slog.Logger) *Source {
 	if cfg.StandbyTimeout <= 0 {
 		cfg.StandbyTimeout = defaultStandbyTimeout
 	}
+	if cfg.SlotCheckInterval == 0 {
+		cfg.SlotCheckInterval = defaultSlotCheckInterval
+	}
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Source{cfg: cfg, log: log.With("source", "postgres", "slot", cfg.Slot)}
+	s := &Source{cfg: cfg, log: log.With("source", "postgres", "slot", cfg.Slot)}
+	s.ext.fatal = make(chan struct{})
+	return s
 }
 
 // Open prepares the publication and the slot and starts streaming after from (see the source
@@ -160,6 +174,7 @@ func (s *Source) Open(ctx context.Context, from offsets.Position) error {
 	}
 	st := &stream{s: s, conn: repl, dec: NewDecoder(s.cfg.Tables), from: fromLSN, lastHanded: fromLSN}
 	go s.run(runCtx, st)
+	s.startBackground(runCtx)
 	return nil
 }
 
@@ -177,6 +192,8 @@ func (s *Source) Next(ctx context.Context) (source.Tx, error) {
 		return tx, nil
 	case <-done:
 		return source.Tx{}, s.err
+	case <-s.ext.fatal:
+		return source.Tx{}, s.ext.fatalErr
 	case <-ctx.Done():
 		return source.Tx{}, ctx.Err()
 	}
@@ -237,6 +254,7 @@ func (s *Source) Close() error {
 	}
 	cancel()
 	<-done
+	s.ext.wg.Wait()
 	ctx, c := context.WithTimeout(context.Background(), 5*time.Second)
 	defer c()
 	if err := repl.Close(ctx); err != nil {

@@ -10,11 +10,9 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-)
 
-// slotBusyWait is how long Open retries START_REPLICATION while the slot is still held by a
-// previous connection (a restarted outboxd whose old walsender has not exited yet).
-const slotBusyWait = 15 * time.Second
+	"github.com/outboxd/outboxd/source"
+)
 
 // setup runs Open's preparation: publication, slot checks (and creation when allowed), then
 // START_REPLICATION on a replication connection, which it returns in copy-both mode.
@@ -35,8 +33,18 @@ func (s *Source) setup(ctx context.Context, from pglogrepl.LSN) (*pgconn.PgConn,
 	if err := s.checkResume(slot, from); err != nil {
 		return nil, err
 	}
+	pluginArgs := []string{"proto_version '1'", "publication_names " + quoteLiteral(quoteIdent(s.cfg.Publication))}
+	if s.cfg.HeartbeatInterval > 0 {
+		var version int
+		if err := admin.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err == nil && version >= 140000 {
+			pluginArgs = append(pluginArgs, "messages 'true'") // heartbeats (heartbeat.go)
+			s.ext.messages.Store(true)
+		} else {
+			s.log.Info("heartbeats need PostgreSQL 14 or later (pgoutput messages); source.postgres.heartbeat_interval is ignored", "server_version_num", version)
+		}
+	}
 
-	deadline := time.Now().Add(slotBusyWait)
+	deadline := time.Now().Add(slotActiveRetry)
 	for {
 		repl, err := s.connectReplication(ctx)
 		if err != nil {
@@ -46,17 +54,17 @@ func (s *Source) setup(ctx context.Context, from pglogrepl.LSN) (*pgconn.PgConn,
 			if _, err := pglogrepl.CreateReplicationSlot(ctx, repl, s.cfg.Slot, "pgoutput",
 				pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"}); err != nil {
 				repl.Close(context.Background())
+				if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "42710" {
+					return nil, fmt.Errorf("create logical replication slot %q: %w: another process created it at the same time (%w)", s.cfg.Slot, ErrSlotActive, err)
+				}
 				return nil, fmt.Errorf("create logical replication slot %q (source.postgres.slot): %w: check wal_level = logical, max_replication_slots, and that the role has REPLICATION", s.cfg.Slot, err)
 			}
 			slot.exists = true
 			s.log.Info("slot created", "plugin", "pgoutput")
 		}
 		err = pglogrepl.StartReplication(ctx, repl, s.cfg.Slot, from, pglogrepl.StartReplicationOptions{
-			Mode: pglogrepl.LogicalReplication,
-			PluginArgs: []string{
-				"proto_version '1'",
-				"publication_names " + quoteLiteral(quoteIdent(s.cfg.Publication)),
-			},
+			Mode:       pglogrepl.LogicalReplication,
+			PluginArgs: pluginArgs,
 		})
 		if err == nil {
 			s.log.Info("replication started", "publication", s.cfg.Publication, "from", startName(from),
@@ -66,7 +74,8 @@ func (s *Source) setup(ctx context.Context, from pglogrepl.LSN) (*pgconn.PgConn,
 		repl.Close(context.Background())
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "55006" && time.Now().Before(deadline) {
-			// The slot is still active for a previous walsender: wait for it to exit.
+			// The slot is still active for a previous walsender (ours, after a reconnect?): wait
+			// briefly for it to exit; after that another process holds it (ErrSlotActive).
 			select {
 			case <-ctx.Done():
 				return nil, ctx.Err()
@@ -75,7 +84,7 @@ func (s *Source) setup(ctx context.Context, from pglogrepl.LSN) (*pgconn.PgConn,
 			continue
 		}
 		if errors.As(err, &pgErr) && pgErr.Code == "55006" {
-			return nil, fmt.Errorf("start replication on slot %q: %w: another process (another outboxd?) is reading this slot; stop it or use another source.postgres.slot", s.cfg.Slot, err)
+			return nil, fmt.Errorf("start replication on slot %q: %w (%w): another process (another outboxd?) is reading this slot", s.cfg.Slot, ErrSlotActive, err)
 		}
 		return nil, fmt.Errorf("start replication on slot %q from %s with publication %q: %w", s.cfg.Slot, startName(from), s.cfg.Publication, err)
 	}
@@ -208,33 +217,33 @@ func (s *Source) checkResume(si slotInfo, from pglogrepl.LSN) error {
 	}
 	if from == 0 {
 		if si.exists && si.walStatus == "lost" {
-			return fmt.Errorf("replication slot %q is lost (wal_status = lost: the server removed WAL it still needed): drop it (SELECT pg_drop_replication_slot('%s')) and restart outboxd to create a new one", slot, slot)
+			return fmt.Errorf("replication slot %q is lost (wal_status = lost: the server removed WAL it still needed): drop it (SELECT pg_drop_replication_slot('%s')) and restart outboxd to create a new one: %w", slot, slot, source.ErrPositionLost)
 		}
 		return nil
 	}
 	walEnd, err := pglogrepl.ParseLSN(si.serverWALEnd)
 	if err == nil && from > walEnd {
-		return fmt.Errorf("stored position %s is ahead of the server's current WAL position %s: the offsets belong to another cluster or the server was restored from a backup; check source.dsn, or reset the position with `outboxd offsets set`", from, walEnd)
+		return fmt.Errorf("stored position %s is ahead of the server's current WAL position %s: the offsets belong to another cluster or the server was restored from a backup; check source.dsn, or reset the position with `outboxd offsets set`: %w", from, walEnd, source.ErrPositionLost)
 	}
 	// acceptGap tells how to give up the undeliverable transactions, once the slot serves at.
 	acceptGap := func(at string) string {
 		return fmt.Sprintf("to accept the gap, run `outboxd offsets set -c FILE --position %s` and restart: this gives up the transactions committed after %s, so re-publish them from the outbox table if they matter", at, from)
 	}
 	if !si.exists {
-		return fmt.Errorf("replication slot %q (source.postgres.slot) does not exist, but the stored position is %s: the transactions after it can no longer be read, and outboxd never creates a slot past a stored position. If the slot was renamed, fix source.postgres.slot; otherwise create it (SELECT pg_create_logical_replication_slot('%s', 'pgoutput')) and %s",
-			slot, from, slot, acceptGap("<its confirmed_flush_lsn>"))
+		return fmt.Errorf("replication slot %q (source.postgres.slot) does not exist, but the stored position is %s: the transactions after it can no longer be read, and outboxd never creates a slot past a stored position. If the slot was renamed, fix source.postgres.slot; otherwise create it (SELECT pg_create_logical_replication_slot('%s', 'pgoutput')) and %s: %w",
+			slot, from, slot, acceptGap("<its confirmed_flush_lsn>"), source.ErrPositionLost)
 	}
 	if si.walStatus == "lost" || si.confirmedLSN == nil {
-		return fmt.Errorf("replication slot %q is lost (wal_status = %s: the server removed WAL it needed, see max_slot_wal_keep_size): the transactions after the stored position %s can no longer be read. Drop and recreate the slot (SELECT pg_drop_replication_slot('%s'); SELECT pg_create_logical_replication_slot('%s', 'pgoutput')), then %s",
-			slot, si.walStatus, from, slot, slot, acceptGap("<its confirmed_flush_lsn>"))
+		return fmt.Errorf("replication slot %q is lost (wal_status = %s: the server removed WAL it needed, see max_slot_wal_keep_size): the transactions after the stored position %s can no longer be read. Drop and recreate the slot (SELECT pg_drop_replication_slot('%s'); SELECT pg_create_logical_replication_slot('%s', 'pgoutput')), then %s: %w",
+			slot, si.walStatus, from, slot, slot, acceptGap("<its confirmed_flush_lsn>"), source.ErrPositionLost)
 	}
 	confirmed, err := pglogrepl.ParseLSN(*si.confirmedLSN)
 	if err != nil {
 		return fmt.Errorf("replication slot %q: unreadable confirmed_flush_lsn %q: %w", slot, *si.confirmedLSN, err)
 	}
 	if confirmed > from {
-		return fmt.Errorf("replication slot %q has confirmed_flush_lsn %s, beyond the stored position %s: the server would skip the transactions committed between them, which outboxd never delivered (was the slot used by another consumer, or the offsets restored from an older copy?); %s",
-			slot, confirmed, from, acceptGap(confirmed.String()))
+		return fmt.Errorf("replication slot %q has confirmed_flush_lsn %s, beyond the stored position %s: the server would skip the transactions committed between them, which outboxd never delivered (was the slot used by another consumer, the offsets restored from an older copy, or a hot standby given its own offsets file? HA across hosts needs offsets.store: kafka or a shared offsets volume); %s: %w",
+			slot, confirmed, from, acceptGap(confirmed.String()), source.ErrPositionLost)
 	}
 	return nil
 }

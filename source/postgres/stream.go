@@ -138,6 +138,9 @@ func (st *stream) handleCopyData(data []byte) error {
 			return fmt.Errorf("replication stream: %w", err)
 		}
 		st.noteWALEnd(xld.ServerWALEnd)
+		if len(xld.WALData) > 0 && xld.WALData[0] == msgMessage && !st.dec.InTx() {
+			return st.message(xld.WALData) // a heartbeat (heartbeat.go)
+		}
 		tx, done, err := st.dec.Decode(xld.WALData)
 		if err != nil {
 			return fmt.Errorf("decode WAL at %s on slot %q: %w", xld.WALStart, st.s.cfg.Slot, err)
@@ -163,6 +166,9 @@ func (st *stream) deliver(tx source.Tx) error {
 		return fmt.Errorf("replication stream on slot %q sent a transaction ending at %s, not after the last position handed out (%s): refusing to go backwards", st.s.cfg.Slot, pos, st.lastHanded)
 	}
 	st.out = &tx
+	if len(tx.Rows) > 0 {
+		st.s.noteChange()
+	}
 	return nil
 }
 
@@ -175,6 +181,9 @@ func (st *stream) noteWALEnd(l pglogrepl.LSN) {
 // idleReady reports whether idle progress to idleCand may be handed out now (ignoring pacing):
 // nothing partially received, everything handed out confirmed, and the keepalive is news.
 func (st *stream) idleReady() bool {
+	if st.s.ext.noKeepaliveProgress {
+		return false
+	}
 	return st.idleCand > st.lastHanded && st.idleCand > st.from && !st.dec.InTx() &&
 		pglogrepl.LSN(st.s.confirmed.Load()) >= st.lastHanded
 }

@@ -1,0 +1,553 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxd/outboxd/internal/testenv"
+)
+
+var binPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "outboxd-chaos-bin-")
+	if err != nil {
+		panic(err)
+	}
+	binPath = filepath.Join(dir, "outboxd")
+	out, err := exec.Command("go", "build", "-o", binPath, "github.com/outboxd/outboxd/cmd/outboxd").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build outboxd: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// ---- outboxd processes ----
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// proc is one running `outboxd run`.
+type proc struct {
+	name   string
+	cmd    *exec.Cmd
+	out    *syncBuf
+	done   chan struct{}
+	code   int
+	killed atomic.Bool // stopped by the test (SIGKILL / SIGTERM)
+}
+
+// startProc starts `outboxd run -c cfg`; its output goes to a buffer and is appended to
+// <dir>/<name>.log. It is killed at the end of the test.
+func startProc(t *testing.T, name, cfg, dir string) *proc {
+	t.Helper()
+	p := &proc{name: name, out: &syncBuf{}, done: make(chan struct{})}
+	logf, err := os.OpenFile(filepath.Join(dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(logf, "==== start %s\n", time.Now().Format(time.RFC3339Nano))
+	p.cmd = exec.Command(binPath, "run", "-c", cfg)
+	w := io.MultiWriter(p.out, logf)
+	p.cmd.Stdout, p.cmd.Stderr = w, w
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		err := p.cmd.Wait()
+		if ee, ok := err.(*exec.ExitError); ok {
+			p.code = ee.ExitCode()
+		}
+		logf.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		if !p.exited() {
+			p.killed.Store(true)
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// kill sends SIGKILL and waits for the process to end.
+func (p *proc) kill() {
+	p.killed.Store(true)
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// term sends SIGTERM and returns the exit code (-1 if it did not exit within 60s).
+func (p *proc) term() int {
+	p.killed.Store(true)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return p.code
+	case <-time.After(60 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+		return -1
+	}
+}
+
+// mustBeRunning fails the test when p ended without the test stopping it.
+func (p *proc) mustBeRunning(t *testing.T) {
+	t.Helper()
+	if p.exited() && !p.killed.Load() {
+		t.Fatalf("outboxd %s exited by itself with code %d; output:\n%s", p.name, p.code, tail(p.out.String(), 60))
+	}
+}
+
+func tail(s string, lines int) string {
+	l := strings.Split(s, "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
+}
+
+// readyz returns the HTTP status of /readyz at addr (0 when unreachable).
+func readyz(addr string) int {
+	c := http.Client{Timeout: time.Second}
+	r, err := c.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return 0
+	}
+	r.Body.Close()
+	return r.StatusCode
+}
+
+func metricsText(addr string) string {
+	c := http.Client{Timeout: 2 * time.Second}
+	r, err := c.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	return string(b)
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > d {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", port)
+}
+
+// ---- fixtures: servers and config ----
+
+// fixture is one scenario's world: a database, a persistent broker and outboxd config files.
+type fixture struct {
+	t      *testing.T
+	dir    string
+	broker *testenv.Broker
+	pg     *testenv.Postgres
+	maria  *testenv.MariaDB
+	db     outboxDB
+	source string // the config's source section
+	offs   string // offsets file, shared by every instance
+}
+
+// newBroker starts a broker whose data survives Stop/Start (Dir).
+func newBroker(t *testing.T) *testenv.Broker {
+	t.Helper()
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &testenv.Broker{Port: port, Dir: t.TempDir()}
+	if err := b.Start(); err != nil {
+		testenv.Unavailable(t, "kfake broker", err)
+	}
+	t.Cleanup(b.Stop)
+	return b
+}
+
+// fixtureDir is the scenario's directory for configs, offsets and outboxd logs; with
+// OUTBOXD_CHAOS_KEEP=DIR it is kept under DIR for inspection.
+func fixtureDir(t *testing.T) string {
+	if keep := os.Getenv("OUTBOXD_CHAOS_KEEP"); keep != "" {
+		os.MkdirAll(keep, 0o755)
+		d, err := os.MkdirTemp(keep, strings.ReplaceAll(t.Name(), "/", "_")+"-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("keeping logs in %s", d)
+		return d
+	}
+	return t.TempDir()
+}
+
+func newPostgresFixture(t *testing.T, extra ...string) *fixture {
+	t.Helper()
+	f := &fixture{t: t, dir: fixtureDir(t), broker: newBroker(t), pg: testenv.NewPostgres(t, extra...)}
+	if err := f.pg.Exec(context.Background(), "app", testenv.OutboxDDL, "CREATE TABLE public.busy (id bigserial PRIMARY KEY, note text)"); err != nil {
+		t.Fatal(err)
+	}
+	f.db = &pgDB{dsn: f.pg.DSN("app")}
+	f.source = fmt.Sprintf(`source:
+  type: postgres
+  dsn: %s
+  tables: [public.outbox]
+  postgres:
+    status_interval: 1s
+    heartbeat_interval: 2s
+`, f.pg.DSN("app"))
+	f.offs = filepath.Join(f.dir, "offsets.json")
+	return f
+}
+
+func newMariaDBFixture(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{t: t, dir: fixtureDir(t), broker: newBroker(t), maria: testenv.NewMariaDB(t, testenv.MariaDBOptions{RowMetadata: true})}
+	if err := f.maria.Exec(context.Background(), "app", testenv.MariaDBOutboxDDL("app.outbox", "CHAR(36)")); err != nil {
+		t.Fatal(err)
+	}
+	f.db = &mariaDB{m: f.maria}
+	f.source = fmt.Sprintf(`source:
+  type: mysql
+  dsn: %s
+  tables: [app.outbox]
+  mysql:
+    server_id: 4343
+`, f.maria.DSN("app"))
+	f.offs = filepath.Join(f.dir, "offsets.json")
+	return f
+}
+
+// config writes an instance's config file: the shared source, broker and offsets file, and its
+// own http.listen.
+func (f *fixture) config(name, httpListen, extra string) string {
+	path := filepath.Join(f.dir, name+".yaml")
+	cfg := fmt.Sprintf(`shutdown_timeout: 20s
+%skafka:
+  brokers: [%s]
+offsets:
+  path: %s
+  commit_interval: 20ms
+http:
+  listen: "%s"
+%s`, f.source, f.broker.Addr(), f.offs, httpListen, extra)
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+	return path
+}
+
+// waitStreaming waits until p streams from the database: rows committed before a new slot
+// exists (PostgreSQL) or before the first binlog dump (MariaDB, no stored position) are not
+// outboxd's to deliver.
+func (f *fixture) waitStreaming(p *proc) {
+	f.t.Helper()
+	waitFor(f.t, 60*time.Second, "outboxd streaming from the database", func() bool {
+		p.mustBeRunning(f.t)
+		if f.pg != nil {
+			var active bool
+			c, err := pgx.Connect(context.Background(), f.pg.DSN("app"))
+			if err != nil {
+				return false
+			}
+			defer c.Close(context.Background())
+			c.QueryRow(context.Background(), "SELECT active FROM pg_replication_slots WHERE slot_name = 'outboxd'").Scan(&active)
+			return active
+		}
+		rows, _ := f.maria.Query("", "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
+		return len(rows) == 1 && rows[0][0] != "0"
+	})
+}
+
+// ---- the writer: small outbox transactions, ground truth read back from the database ----
+
+// outboxDB writes outbox transactions and reads back every committed id.
+type outboxDB interface {
+	insert(ctx context.Context, rows []row) error // one transaction
+	reset()                                       // drop the connection after an error
+	ids(ctx context.Context) ([]string, error)
+}
+
+type row struct{ id, agg, key, payload string }
+
+func uuid4() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+type pgDB struct {
+	dsn  string
+	conn *pgx.Conn
+}
+
+func (d *pgDB) insert(ctx context.Context, rows []row) error {
+	if d.conn == nil {
+		c, err := pgx.Connect(ctx, d.dsn)
+		if err != nil {
+			return err
+		}
+		d.conn = c
+	}
+	tx, err := d.conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.Background())
+	for _, r := range rows {
+		if _, err := tx.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, 'created', $4)`,
+			r.id, r.agg, r.key, r.payload); err != nil {
+			return err
+		}
+	}
+	return tx.Commit(ctx)
+}
+
+func (d *pgDB) reset() {
+	if d.conn != nil {
+		d.conn.Close(context.Background())
+		d.conn = nil
+	}
+}
+
+func (d *pgDB) ids(ctx context.Context) ([]string, error) {
+	c, err := pgx.Connect(ctx, d.dsn)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close(ctx)
+	rows, err := c.Query(ctx, "SELECT id::text FROM outbox")
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+type mariaDB struct {
+	m    *testenv.MariaDB
+	conn *client.Conn
+}
+
+func (d *mariaDB) insert(ctx context.Context, rows []row) error {
+	if d.conn == nil {
+		c, err := client.ConnectWithTimeout(fmt.Sprintf("127.0.0.1:%d", d.m.Port), "root", "", "app", 3*time.Second)
+		if err != nil {
+			return err
+		}
+		c.ReadTimeout, c.WriteTimeout = 10*time.Second, 10*time.Second
+		d.conn = c
+	}
+	if err := d.conn.Begin(); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if _, err := d.conn.Execute(fmt.Sprintf(`INSERT INTO app.outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('%s', '%s', '%s', 'created', '%s')`,
+			r.id, r.agg, r.key, r.payload)); err != nil {
+			d.conn.Rollback()
+			return err
+		}
+	}
+	return d.conn.Commit()
+}
+
+func (d *mariaDB) reset() {
+	if d.conn != nil {
+		d.conn.Close()
+		d.conn = nil
+	}
+}
+
+func (d *mariaDB) ids(context.Context) ([]string, error) {
+	rows, err := d.m.Query("app", "SELECT id FROM app.outbox")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = r[0]
+	}
+	return out, nil
+}
+
+// writer commits small outbox transactions (1–3 rows) until stopped; failed transactions (the
+// database is down) are retried on a new connection. What counts is what the database has.
+type writer struct {
+	stopCh   chan struct{}
+	done     chan struct{}
+	txs      atomic.Int64
+	failures atomic.Int64
+}
+
+var aggTypes = []string{"order", "customer", "invoice"}
+
+func startWriter(db outboxDB, pause time.Duration) *writer {
+	w := &writer{stopCh: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		defer db.reset()
+		for seq := 0; ; seq++ {
+			select {
+			case <-w.stopCh:
+				return
+			default:
+			}
+			rows := make([]row, 1+mrand.IntN(3))
+			for i := range rows {
+				k := fmt.Sprintf("k%d", mrand.IntN(50))
+				rows[i] = row{id: uuid4(), agg: aggTypes[seq%len(aggTypes)], key: k, payload: fmt.Sprintf(`{"seq": %d, "key": "%s"}`, seq, k)}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := db.insert(ctx, rows)
+			cancel()
+			if err != nil {
+				w.failures.Add(1)
+				db.reset()
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			w.txs.Add(1)
+			time.Sleep(pause)
+		}
+	}()
+	return w
+}
+
+func (w *writer) stop() { close(w.stopCh); <-w.done }
+
+// ---- the check ----
+
+// readAll reads every record of the outbox topics (read_committed, from the beginning) until
+// nothing new arrives for idle.
+func readAll(t *testing.T, addr string, idle time.Duration) []testenv.Consumed {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeRegex(), kgo.ConsumeTopics(`outbox\.event\..*`),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.MetadataMinAge(100*time.Millisecond), kgo.MetadataMaxAge(time.Second),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(200*time.Millisecond))
+	if err != nil {
+		t.Fatalf("consumer: %v", err)
+	}
+	defer cl.Close()
+	var out []testenv.Consumed
+	start, last := time.Now(), time.Now()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		f := cl.PollFetches(ctx)
+		cancel()
+		n := 0
+		f.EachRecord(func(r *kgo.Record) {
+			n++
+			c := testenv.Consumed{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Headers: map[string]string{}}
+			for _, h := range r.Headers {
+				c.Headers[h.Key] = string(h.Value)
+			}
+			out = append(out, c)
+		})
+		if n > 0 {
+			last = time.Now()
+		}
+		// Wait longer before the first record (topic discovery by regex takes a moment).
+		if (len(out) > 0 && time.Since(last) > idle) || time.Since(start) > 10*idle+10*time.Second {
+			return out
+		}
+	}
+}
+
+type tally struct {
+	events, records, lost, dups, phantoms int
+	lostIDs                               []string // the first few, for diagnosis
+}
+
+func count(truth []string, recs []testenv.Consumed) tally {
+	want := make(map[string]bool, len(truth))
+	for _, id := range truth {
+		want[id] = true
+	}
+	seen := make(map[string]int, len(recs))
+	for _, r := range recs {
+		seen[r.Header("id")]++
+	}
+	tl := tally{events: len(truth), records: len(recs)}
+	for id := range want {
+		if seen[id] == 0 {
+			tl.lost++
+			if len(tl.lostIDs) < 20 {
+				tl.lostIDs = append(tl.lostIDs, id)
+			}
+		}
+	}
+	for id, n := range seen {
+		if !want[id] {
+			tl.phantoms++
+		}
+		tl.dups += n - 1
+	}
+	return tl
+}
+
+// verify waits (up to within) until every committed id is in Kafka, then counts.
+func verify(t *testing.T, f *fixture, within time.Duration) tally {
+	t.Helper()
+	truth, err := f.db.ids(context.Background())
+	if err != nil {
+		t.Fatalf("read committed ids back: %v", err)
+	}
+	deadline := time.Now().Add(within)
+	for {
+		tl := count(truth, readAll(t, f.broker.Addr(), 1500*time.Millisecond))
+		if tl.lost == 0 || time.Now().After(deadline) {
+			return tl
+		}
+		time.Sleep(2 * time.Second)
+	}
+}

@@ -1,0 +1,860 @@
+package pipeline
+
+// Exactly-once delivery (kafka.delivery: exactly_once).
+//
+//	source.Next ──txCh──▶ loop: collect a batch of whole source transactions
+//	                        (≤ MaxRecords records, ≤ MaxBytes, ≤ Linger after its first record)
+//	                      BeginTxn
+//	                        produce every record in source order (poison rows: their dead letters)
+//	                        produce the batch's end position to offsets.topic
+//	                        wait for every ack
+//	                      CommitTxn ──▶ Source.Confirm(end)
+//
+// The position travels inside the Kafka transaction that carries the records before it, so
+// "records visible to read_committed consumers" and "position stored" are one atomic event. On
+// start the runner first initialises its transactional id (fencing any older instance and
+// aborting what it left open), then reads the committed position (read_committed) and opens the
+// source there. A crash anywhere therefore loses nothing and duplicates nothing for
+// read_committed consumers: before the commit, the transaction is aborted and redone from the
+// source; after it, the source is re-read from the committed position, and the slot, confirmed
+// only after the commit, still has everything after it.
+//
+// Failures inside a transaction never commit it. The runner aborts and produces the same batch
+// again (the source's transactions are kept in memory until committed):
+//   - a record Kafka refuses for good (too large, invalid record, ...) is dead-lettered in the
+//     redone transaction. A broker refuses a whole request for one record, so records that failed
+//     together are first re-sent alone (after everything before them is acked, with nothing
+//     after them in flight) to find the culprit;
+//   - transient errors: abort, back off (capped exponential), produce the batch again;
+//   - CommitTxn failing leaves the outcome unknown: the runner initialises its transactional id
+//     again (which settles the transaction either way) and reads the committed position back:
+//     the batch's end means committed, the previous position means not, and it is redone;
+//   - PRODUCER_FENCED: another producer initialised the same transactional id: stop, exit 1.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/sink"
+	"github.com/outboxd/outboxd/source"
+)
+
+// TxnProducer is the transactional producer the exactly-once runner drives
+// (sink/kafka.TxnProducer). Produce may refuse a record synchronously with a permanent error
+// (it was not queued, done is not called); otherwise done is called exactly once.
+type TxnProducer interface {
+	Begin() error
+	Produce(ctx context.Context, rec *sink.Record, done func(error)) error
+	Flush(ctx context.Context) error
+	Commit() error
+	Abort() error
+	// Usable reports whether a new transaction can begin; false after an error that needs a
+	// new producer.
+	Usable() bool
+	Close() error
+}
+
+// PositionStore reads the committed position (read_committed) and builds the record that
+// stores a position (offsets.KafkaStore).
+type PositionStore interface {
+	Load(ctx context.Context) (offsets.Position, error)
+	Record(p offsets.Position) sink.Record
+}
+
+// EOSOptions configure RunExactlyOnce. Zero values get the defaults noted.
+type EOSOptions struct {
+	NewSource func() source.Source
+	// NewProducer creates a producer and initialises the transactional id, which fences every
+	// older producer with the same id. It is called at start and again after a producer broke.
+	NewProducer func() (TxnProducer, error)
+	Route       func(*source.Row) (sink.Record, error)
+	Classify    func(error) (permanent bool, reason string)
+	// Fatal reports errors no new producer can get past (fenced, not authorized) and why.
+	Fatal func(error) (fatal bool, why string)
+	// Fenced reports PRODUCER_FENCED (another producer initialised the transactional id).
+	Fenced          func(error) bool
+	Store           PositionStore
+	TransactionalID string // for messages
+	DLQTopic        string
+	DLQBreaker      Breaker
+
+	MaxRecords      int           // records per Kafka transaction (default 1000; a bigger source transaction goes whole)
+	MaxBytes        int           // record bytes per Kafka transaction (default 4 MiB)
+	MaxRecordBytes  int           // the producer's record size limit; bigger dead letters lose their value (default 1 MiB)
+	Linger          time.Duration // how long a batch waits for more after its first record (default 50ms)
+	IdleInterval    time.Duration // how often a batch with only idle progress is committed (default 1s)
+	TxBuffer        int           // transactions read ahead (default 1024)
+	ShutdownTimeout time.Duration // how long a stop may take to commit the current batch (default 30s)
+	RetryMin        time.Duration // backoff between attempts of a failing batch (default 100ms)
+	RetryMax        time.Duration // (default 10s)
+	Log             *slog.Logger
+	Metrics         Metrics
+	OnCommit        func(offsets.Position) // after each commit
+	OnOpen          func()                 // each time the source has been opened
+	// Crash, when set, is called at the test crash points "before_commit" (every record and the
+	// position acked in the open transaction) and "after_commit" (committed, source not yet
+	// confirmed) of each batch with records. See CrashHook.
+	Crash func(point string)
+}
+
+func (o *EOSOptions) defaults() {
+	if o.MaxRecords <= 0 {
+		o.MaxRecords = 1000
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = 4 << 20
+	}
+	if o.MaxRecordBytes <= 0 {
+		o.MaxRecordBytes = 1 << 20
+	}
+	if o.Linger <= 0 {
+		o.Linger = 50 * time.Millisecond
+	}
+	if o.IdleInterval <= 0 {
+		o.IdleInterval = time.Second
+	}
+	if o.TxBuffer <= 0 {
+		o.TxBuffer = 1024
+	}
+	if o.ShutdownTimeout <= 0 {
+		o.ShutdownTimeout = 30 * time.Second
+	}
+	if o.RetryMin <= 0 {
+		o.RetryMin = 100 * time.Millisecond
+	}
+	if o.RetryMax < o.RetryMin {
+		o.RetryMax = max(10*time.Second, o.RetryMin)
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.Metrics == nil {
+		o.Metrics = noMetrics{}
+	}
+	if o.Fatal == nil {
+		o.Fatal = func(error) (bool, string) { return false, "" }
+	}
+	if o.Fenced == nil {
+		o.Fenced = func(error) bool { return false }
+	}
+}
+
+// ErrFenced marks the error RunExactlyOnce returns when another producer took over its
+// transactional id.
+var ErrFenced = errors.New("producer fenced")
+
+// CrashEnv is the environment variable of the test-only crash hook (see CrashHook).
+const CrashEnv = "OUTBOXD_TEST_CRASH_AT"
+
+// CrashHook returns the EOSOptions.Crash of a spec "point" or "point:N" (point before_commit or
+// after_commit; N, default 1, counts batches with records), or nil for "". At the N-th pass
+// of point it calls exit (os.Exit(137) in outboxd: the status of a SIGKILL). TEST ONLY: it
+// exists so that end-to-end tests can stop the process between produce and Kafka commit, and
+// between Kafka commit and source confirm, which a signal cannot hit reliably.
+func CrashHook(spec string, log *slog.Logger, exit func()) (func(string), error) {
+	if spec == "" {
+		return nil, nil
+	}
+	point, nth, _ := strings.Cut(spec, ":")
+	n := 1
+	if nth != "" {
+		var err error
+		if n, err = strconv.Atoi(nth); err != nil || n < 1 {
+			return nil, fmt.Errorf("%s=%q: N must be a positive number", CrashEnv, spec)
+		}
+	}
+	if point != "before_commit" && point != "after_commit" {
+		return nil, fmt.Errorf("%s=%q: the point must be before_commit or after_commit", CrashEnv, spec)
+	}
+	log.Warn("TEST CRASH HOOK ARMED: this process will exit abruptly", "env", CrashEnv, "point", point, "batch", n)
+	var seen atomic.Int64
+	return func(p string) {
+		if p == point && seen.Add(1) == int64(n) {
+			log.Warn("TEST CRASH HOOK: exiting now", "point", p)
+			exit()
+		}
+	}, nil
+}
+
+// item is one captured row of a batch.
+type item struct {
+	row        *source.Row
+	pos        offsets.Position // end of its source transaction
+	commitTime time.Time
+	rec        sink.Record // the routed record, as far as it could be built
+	dead       bool        // dead-lettered (stage, reason, cause)
+	stage      string
+	reason     string
+	cause      error
+	suspect    bool // failed together with others: send alone next time
+	dlqSuspect bool // its dead letter failed together with others
+	logged     bool // its dead-lettering was logged
+}
+
+type eosBatch struct {
+	txs       int
+	items     []*item
+	bytes     int
+	end       offsets.Position
+	firstRec  time.Time // when its first record arrived (zero: none yet)
+	posSusp   bool      // the position record failed together with others
+	firstDone bool      // at least one transaction
+}
+
+func (b *eosBatch) add(tx source.Tx, route func(*source.Row) (sink.Record, error)) {
+	b.txs++
+	b.firstDone = true
+	b.end = tx.Position
+	if len(tx.Rows) > 0 && b.firstRec.IsZero() {
+		b.firstRec = time.Now()
+	}
+	for i := range tx.Rows {
+		it := &item{row: &tx.Rows[i], pos: tx.Position, commitTime: tx.CommitTime}
+		rec, err := route(it.row)
+		it.rec = rec
+		if err != nil {
+			it.dead, it.stage, it.reason, it.cause = true, "transform", reasonOf(err), err
+		}
+		b.items = append(b.items, it)
+		b.bytes += rec.Size()
+	}
+}
+
+// txBytes approximates the record bytes of tx before routing.
+func txBytes(tx source.Tx) int {
+	n := 0
+	for _, r := range tx.Rows {
+		for _, v := range r.Values {
+			n += len(v.Bytes)
+		}
+		n += 64
+	}
+	return n
+}
+
+type eosRunner struct {
+	o          EOSOptions
+	log        *slog.Logger
+	prod       TxnProducer
+	src        source.Source
+	committed  offsets.Position
+	work       context.Context // ends ShutdownTimeout after the run context
+	backoff    *backoff
+	lastCommit time.Time
+}
+
+// RunExactlyOnce runs the exactly-once pipeline until ctx is cancelled (a graceful stop: stop
+// reading, commit the batch being built, return nil) or a fatal error. See the comment at the
+// top of eos.go.
+func RunExactlyOnce(ctx context.Context, o EOSOptions) error {
+	o.defaults()
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	stopAfter := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(o.ShutdownTimeout, cancelWork)
+		context.AfterFunc(work, func() { t.Stop() })
+	})
+	defer stopAfter()
+	r := &eosRunner{o: o, log: o.Log, work: work, backoff: newBackoff(o.RetryMin, o.RetryMax)}
+	defer func() {
+		if r.prod != nil {
+			r.closeProducer()
+		}
+	}()
+
+	// Fence first, then read: once our InitProducerID has happened, no older instance can
+	// commit a position, so the one read is final.
+	prod, err := o.NewProducer()
+	if err != nil {
+		if fatal, why := o.Fatal(err); fatal {
+			return r.fatalErr(err, why)
+		}
+		return fmt.Errorf("transactional producer (transactional id %s): %w", o.TransactionalID, err)
+	}
+	r.prod = prod
+	if r.committed, err = o.Store.Load(ctx); err != nil {
+		return fmt.Errorf("load the committed position: %w", err)
+	}
+	if r.committed == "" {
+		r.log.Info("no committed position: starting from the source's beginning", "transactional_id", o.TransactionalID)
+	} else {
+		r.log.Info("resuming from the committed position", "position", string(r.committed), "transactional_id", o.TransactionalID)
+	}
+	r.lastCommit = time.Now()
+
+	srcBackoff := newBackoff(500*time.Millisecond, 30*time.Second)
+	first := true
+	for {
+		r.src = o.NewSource()
+		if err := r.src.Open(ctx, r.committed); err != nil {
+			r.src.Close()
+			if ctx.Err() != nil {
+				return nil
+			}
+			if first || errors.Is(err, source.ErrPositionLost) {
+				return fmt.Errorf("open source at position %q: %w", r.committed, err)
+			}
+			d := srcBackoff.next()
+			r.log.Warn("source unavailable, retrying", "err", err, "in", d)
+			if !sleep(ctx, d) {
+				return nil
+			}
+			continue
+		}
+		first = false
+		if o.OnOpen != nil {
+			o.OnOpen()
+		}
+		srcErr, err := r.stream(ctx)
+		r.src.Close()
+		if err != nil {
+			return err
+		}
+		if srcErr == nil {
+			r.log.Info("stopped cleanly", "position", string(r.committed))
+			return nil
+		}
+		if errors.Is(srcErr, source.ErrPositionLost) {
+			return srcErr
+		}
+		d := srcBackoff.next()
+		r.log.Warn("source failed; what was read is committed, reconnecting", "err", srcErr, "in", d, "position", string(r.committed))
+		if !sleep(ctx, d) {
+			return nil
+		}
+	}
+}
+
+func (r *eosRunner) fatalErr(err error, why string) error {
+	if r.o.Fenced(err) {
+		return fmt.Errorf("%w: another producer initialised transactional id %q (kafka.transactional_id) — another outboxd with the same "+
+			"transactional id, or the broker aborted this instance's transaction after its timeout; stopping without committing the current batch. "+
+			"Nothing is lost: the instance that took over, or this one restarted, resumes from the committed position %s",
+			ErrFenced, r.o.TransactionalID, r.committed)
+	}
+	return fmt.Errorf("%s (transactional id %q): %w", why, r.o.TransactionalID, err)
+}
+
+// stream runs one source session: (nil, nil) on a graceful stop, (srcErr, nil) when the source
+// failed and what it delivered was committed, (nil, err) on a fatal error.
+func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
+	readCtx, stopReading := context.WithCancel(ctx)
+	defer stopReading()
+	txCh := make(chan source.Tx, r.o.TxBuffer)
+	errCh := make(chan error, 1)
+	var readers sync.WaitGroup
+	readers.Add(1)
+	go func() {
+		defer readers.Done()
+		for {
+			tx, err := r.src.Next(readCtx)
+			if err != nil {
+				errCh <- err
+				return
+			}
+			select {
+			case txCh <- tx:
+			case <-readCtx.Done():
+				errCh <- readCtx.Err()
+				return
+			}
+		}
+	}()
+	defer readers.Wait()
+
+	b := &eosBatch{}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	reading := true
+	for {
+		// When is b due? Full: now. With records: Linger after the first. Idle progress
+		// only: IdleInterval after the last commit.
+		var due time.Time
+		switch {
+		case !b.firstDone:
+		case len(b.items) >= r.o.MaxRecords || b.bytes >= r.o.MaxBytes:
+			due = time.Now()
+		case !b.firstRec.IsZero():
+			due = b.firstRec.Add(r.o.Linger)
+		default:
+			due = r.lastCommit.Add(r.o.IdleInterval)
+		}
+		var timerC <-chan time.Time
+		if !due.IsZero() {
+			if d := time.Until(due); d <= 0 {
+				if err := r.commitBatch(b); err != nil {
+					stopReading()
+					return nil, err
+				}
+				b = &eosBatch{}
+				continue
+			} else {
+				timer.Reset(d)
+				timerC = timer.C
+			}
+		}
+		var in chan source.Tx
+		if reading {
+			in = txCh
+		}
+		// take adds tx to b, committing b first when tx would overfill it (a source
+		// transaction is never split).
+		take := func(tx source.Tx) error {
+			if len(b.items) > 0 && (len(b.items)+len(tx.Rows) > r.o.MaxRecords || b.bytes+txBytes(tx) > r.o.MaxBytes) {
+				if err := r.commitBatch(b); err != nil {
+					return err
+				}
+				b = &eosBatch{}
+			}
+			b.add(tx, r.o.Route)
+			r.o.Metrics.EventsRead(len(tx.Rows))
+			return nil
+		}
+		select {
+		case tx := <-in:
+			if err := take(tx); err != nil {
+				stopReading()
+				return nil, err
+			}
+		case <-timerC:
+		case err := <-errCh:
+			reading = false
+			// Transactions read before the error are whole: take them too.
+			for more := true; more; {
+				select {
+				case tx := <-txCh:
+					if err := take(tx); err != nil {
+						return nil, err
+					}
+				default:
+					more = false
+				}
+			}
+			if ctx.Err() == nil {
+				srcErr = err
+			}
+		case <-ctx.Done():
+			if reading {
+				stopReading()
+				reading = false
+				r.log.Info("stopping: no more reads, committing the current batch", "records", len(b.items))
+			}
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		if !reading {
+			if b.firstDone {
+				if err := r.commitBatch(b); err != nil {
+					return nil, err
+				}
+			}
+			return srcErr, nil
+		}
+	}
+}
+
+// attemptResult is what one try at committing a batch came to.
+type attemptResult int
+
+const (
+	committedOK attemptResult = iota
+	redo                      // new dead letters or suspects: produce again at once
+	transient                 // back off, then produce again
+	ambiguous                 // the commit may or may not have happened
+)
+
+// commitBatch commits b in one Kafka transaction, retrying until it is committed or a fatal
+// error. On success the source is confirmed up to b.end.
+func (r *eosRunner) commitBatch(b *eosBatch) error {
+	r.o.Metrics.Inflight(len(b.items))
+	defer r.o.Metrics.Inflight(0)
+	for attempt := 1; ; attempt++ {
+		if err := r.work.Err(); err != nil {
+			return fmt.Errorf("%w: %d records of %d transactions not committed; committed position %s (they will be delivered on restart)",
+				ErrShutdownTimeout, len(b.items), b.txs, r.committed)
+		}
+		if r.prod == nil || !r.prod.Usable() {
+			if err := r.renewProducer(); err != nil {
+				return err
+			}
+		}
+		trial := r.o.DLQBreaker // counted again from scratch by every attempt
+		trial.ring = slices.Clone(trial.ring)
+		res, err := r.attempt(b, &trial)
+		if err != nil {
+			return err
+		}
+		switch res {
+		case committedOK:
+			r.o.DLQBreaker = trial
+			r.backoff = newBackoff(r.o.RetryMin, r.o.RetryMax)
+			r.committedBatch(b)
+			return nil
+		case redo:
+			continue
+		case ambiguous:
+			r.log.Warn("the Kafka commit failed and its outcome is unknown: re-initialising the transactional id and reading the committed position back",
+				"batch_end", string(b.end))
+			r.dropProducer()
+			if err := r.renewProducer(); err != nil {
+				return err
+			}
+			pos, err := r.loadWithRetry()
+			if err != nil {
+				return err
+			}
+			switch pos {
+			case b.end:
+				r.log.Info("the batch was committed", "position", string(pos))
+				r.o.DLQBreaker = trial
+				r.committedBatch(b)
+				return nil
+			case r.committed:
+				r.log.Info("the batch was not committed: producing it again", "position", string(pos))
+				continue
+			default:
+				return fmt.Errorf("offsets.topic holds position %s, neither this instance's last commit %s nor its batch end %s: "+
+					"another writer changed the position (`outboxd offsets set`, or a second instance with another transactional id?); restart outboxd",
+					pos, r.committed, b.end)
+			}
+		case transient:
+			d := r.backoff.next()
+			r.log.Warn("Kafka transaction failed: producing the batch again", "attempt", attempt, "in", d,
+				"records", len(b.items), "batch_end", string(b.end))
+			if !sleep(r.work, d) {
+				continue // reported at the top of the loop
+			}
+		}
+	}
+}
+
+func (r *eosRunner) committedBatch(b *eosBatch) {
+	r.committed = b.end
+	r.lastCommit = time.Now()
+	if err := r.src.Confirm(r.work, b.end); err != nil {
+		r.log.Warn("confirm position to the source failed (committed; will confirm again)", "position", string(b.end), "err", err)
+	}
+	for _, it := range b.items {
+		if it.dead {
+			r.o.Metrics.DeadLettered(it.reason)
+		} else {
+			r.o.Metrics.Produced(it.rec.Topic, it.commitTime)
+		}
+	}
+	r.o.Metrics.Committed(b.end)
+	if r.o.OnCommit != nil {
+		r.o.OnCommit(b.end)
+	}
+}
+
+// attempt produces b in one transaction and commits it. Only fatal conditions return an error.
+func (r *eosRunner) attempt(b *eosBatch, breaker *Breaker) (attemptResult, error) {
+	p := r.prod
+	if err := p.Begin(); err != nil {
+		return r.producerFailed("begin", err)
+	}
+	type sent struct {
+		it    *item // nil: the position record
+		dlq   bool
+		alone bool
+		rec   sink.Record
+		err   error
+	}
+	var failed atomic.Bool
+	var all []*sent
+	doneFor := func(s *sent) func(error) {
+		return func(err error) {
+			s.err = err
+			if err != nil {
+				failed.Store(true)
+			}
+		}
+	}
+	// send queues one record; alone records go with nothing else in flight. It returns false
+	// when producing should stop (something failed already, or the stop deadline passed).
+	send := func(s *sent) (bool, error) {
+		if s.alone {
+			if p.Flush(r.work) != nil || failed.Load() {
+				return false, nil
+			}
+		}
+		for {
+			err := p.Produce(r.work, &s.rec, doneFor(s))
+			if err == nil {
+				break
+			}
+			if r.work.Err() != nil {
+				return false, nil
+			}
+			// Refused before sending: certain, and the transaction is untouched.
+			perm, reason := r.o.Classify(err)
+			if !perm {
+				r.log.Warn("cannot queue a record in the Kafka transaction", "topic", s.rec.Topic, "err", err)
+				return false, nil // abort, back off, produce the batch again
+			}
+			switch {
+			case s.it == nil:
+				return false, fmt.Errorf("the position record for offsets.topic %s cannot be written: %w", s.rec.Topic, err)
+			case s.dlq:
+				return false, r.dlqUnwritable(s.it, err)
+			}
+			r.markDead(s.it, "produce", reason, err)
+			s.dlq, s.alone = true, s.it.dlqSuspect
+			s.rec = r.deadLetterRecord(s.it)
+		}
+		all = append(all, s)
+		if s.alone {
+			if p.Flush(r.work) != nil {
+				return false, nil
+			}
+		}
+		return !failed.Load(), nil
+	}
+	ok := true
+	for _, it := range b.items {
+		s := &sent{it: it, alone: it.suspect}
+		if it.dead {
+			s.dlq, s.alone, s.rec = true, it.dlqSuspect, r.deadLetterRecord(it)
+		} else {
+			s.rec = it.rec
+		}
+		var err error
+		if ok, err = send(s); err != nil {
+			r.abort()
+			return 0, err
+		}
+		if !ok {
+			break
+		}
+	}
+	if ok {
+		var err error
+		if ok, err = send(&sent{rec: r.o.Store.Record(b.end), alone: b.posSusp}); err != nil {
+			r.abort()
+			return 0, err
+		}
+	}
+	if err := p.Flush(r.work); err != nil {
+		r.abort()
+		return transient, nil // the stop deadline passed: reported by the caller
+	}
+
+	// Every queued record has its outcome.
+	newFindings := false
+	var fatalErr error
+	anyErr := false
+	for _, s := range all {
+		if s.err == nil {
+			continue
+		}
+		anyErr = true
+		if fatal, why := r.o.Fatal(s.err); fatal {
+			fatalErr = r.fatalErr(s.err, why)
+			break
+		}
+		perm, reason := r.o.Classify(s.err)
+		if !perm {
+			continue
+		}
+		switch {
+		case s.it == nil: // the position record
+			if s.alone {
+				fatalErr = fmt.Errorf("the position record for offsets.topic %s cannot be written: %w", s.rec.Topic, s.err)
+			} else if !b.posSusp {
+				b.posSusp, newFindings = true, true
+			}
+		case s.dlq:
+			if s.alone {
+				fatalErr = r.dlqUnwritable(s.it, s.err)
+			} else if !s.it.dlqSuspect {
+				s.it.dlqSuspect, newFindings = true, true
+			}
+		case s.alone:
+			r.markDead(s.it, "produce", reason, s.err)
+			newFindings = true
+		case !s.it.suspect:
+			s.it.suspect, newFindings = true, true
+		}
+		if fatalErr != nil {
+			break
+		}
+	}
+	if fatalErr != nil {
+		r.abort()
+		return 0, fatalErr
+	}
+	if anyErr || !ok {
+		if err := r.abortChecked(); err != nil {
+			return 0, err
+		}
+		if newFindings {
+			susp := 0
+			for _, it := range b.items {
+				if it.suspect || it.dlqSuspect {
+					susp++
+				}
+			}
+			r.log.Info("Kafka refused records of the transaction: aborted; producing it again, the records that failed together one at a time",
+				"records", len(b.items), "suspects", susp, "batch_end", string(b.end))
+			return redo, nil
+		}
+		return transient, nil
+	}
+
+	// All acked. The DLQ breaker sees the batch's records in order before anything commits.
+	for _, it := range b.items {
+		if breaker.Record(it.dead) {
+			r.abort()
+			return 0, fmt.Errorf("kafka.dlq_max_rate exceeded: %d of the last %d records were dead-lettered (latest: %s: %v); stopping before committing position %s — "+
+				"this looks like a misconfiguration (outbox.columns, outbox.topic, topic ACLs); fix it and restart, or raise kafka.dlq_max_rate",
+				breaker.Count(), breaker.Window, it.reason, it.cause, it.pos)
+		}
+	}
+	if len(b.items) > 0 && r.o.Crash != nil {
+		r.o.Crash("before_commit")
+	}
+	if err := p.Commit(); err != nil {
+		if fatal, why := r.o.Fatal(err); fatal {
+			return 0, r.fatalErr(err, why)
+		}
+		r.log.Warn("Kafka commit failed", "err", err)
+		return ambiguous, nil
+	}
+	if len(b.items) > 0 && r.o.Crash != nil {
+		r.o.Crash("after_commit")
+	}
+	return committedOK, nil
+}
+
+// producerFailed handles an error of a transactional call outside produce/commit.
+func (r *eosRunner) producerFailed(what string, err error) (attemptResult, error) {
+	if fatal, why := r.o.Fatal(err); fatal {
+		return 0, r.fatalErr(err, why)
+	}
+	r.log.Warn("transactional producer failed: replacing it", "call", what, "err", err)
+	r.dropProducer()
+	return transient, nil
+}
+
+// abort aborts the open transaction, ignoring errors (the producer is replaced if it broke).
+func (r *eosRunner) abort() {
+	if err := r.prod.Abort(); err != nil {
+		r.dropProducer()
+	}
+}
+
+// abortChecked aborts the open transaction: a fatal error is returned, any other replaces the
+// producer (a new one aborts the transaction when it initialises).
+func (r *eosRunner) abortChecked() error {
+	err := r.prod.Abort()
+	if err == nil {
+		return nil
+	}
+	if fatal, why := r.o.Fatal(err); fatal {
+		return r.fatalErr(err, why)
+	}
+	r.log.Warn("abort of the Kafka transaction failed: replacing the producer", "err", err)
+	r.dropProducer()
+	return nil
+}
+
+func (r *eosRunner) dropProducer() {
+	if r.prod == nil {
+		return
+	}
+	p := r.prod
+	r.prod = nil
+	go p.Close() // it may wait for sarama's bounded retries; a new one fences it anyway
+}
+
+func (r *eosRunner) closeProducer() {
+	done := make(chan struct{})
+	p := r.prod
+	r.prod = nil
+	go func() { p.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(r.o.ShutdownTimeout):
+		r.log.Warn("closing the transactional producer timed out")
+	}
+}
+
+// renewProducer replaces a missing or broken producer, retrying with backoff.
+func (r *eosRunner) renewProducer() error {
+	if r.prod != nil {
+		r.dropProducer()
+	}
+	for {
+		p, err := r.o.NewProducer()
+		if err == nil {
+			r.prod = p
+			return nil
+		}
+		if fatal, why := r.o.Fatal(err); fatal {
+			return r.fatalErr(err, why)
+		}
+		d := r.backoff.next()
+		r.log.Warn("cannot initialise the transactional producer, retrying", "err", err, "in", d)
+		if !sleep(r.work, d) {
+			return fmt.Errorf("%w: the transactional producer could not be initialised; committed position %s", ErrShutdownTimeout, r.committed)
+		}
+	}
+}
+
+func (r *eosRunner) loadWithRetry() (offsets.Position, error) {
+	for {
+		pos, err := r.o.Store.Load(r.work)
+		if err == nil {
+			return pos, nil
+		}
+		d := r.backoff.next()
+		r.log.Warn("cannot read the committed position, retrying", "err", err, "in", d)
+		if !sleep(r.work, d) {
+			return "", fmt.Errorf("%w: the committed position could not be read back after a failed commit: %v", ErrShutdownTimeout, err)
+		}
+	}
+}
+
+func (r *eosRunner) markDead(it *item, stage, reason string, cause error) {
+	it.dead, it.stage, it.reason, it.cause = true, stage, reason, cause
+	it.suspect = false
+}
+
+func (r *eosRunner) deadLetterRecord(it *item) sink.Record {
+	dl := DeadLetter(it.rec, it.row, it.stage, it.reason, it.cause.Error(), it.pos, time.Now())
+	dl.Topic = r.o.DLQTopic
+	if size := dl.Size(); size > r.o.MaxRecordBytes {
+		// As in the at-least-once pipeline: the dead letter would be refused too; keep the
+		// headers, drop the value (the row is still in the outbox table under its id).
+		dl.Value = nil
+		dl.Headers = append(dl.Headers, sink.Header{Key: HeaderValueDropped, Value: []byte(strconv.Itoa(size))})
+	}
+	if !it.logged {
+		it.logged = true
+		id := ""
+		if v, ok := it.row.Get("id"); ok {
+			id = string(v.Bytes)
+		}
+		r.log.Warn("dead-lettering record", "reason", it.reason, "stage", it.stage, "error", it.cause.Error(),
+			"topic", it.rec.Topic, "table", it.row.Table, "position", string(it.pos), "id", id)
+	}
+	return dl
+}
+
+func (r *eosRunner) dlqUnwritable(it *item, err error) error {
+	return fmt.Errorf("dead-letter topic %s cannot be written (%v): stopping without committing past position %s — fix the DLQ topic (kafka.dlq_topic) and restart",
+		r.o.DLQTopic, err, r.committed)
+}
