@@ -76,7 +76,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 	e.pg.Exec(context.Background(), "postgres", "CREATE ROLE app LOGIN REPLICATION PASSWORD '"+secret+"'")
 	dir := t.TempDir()
 	for i, dsn := range []string{
-		fmt.Sprintf("postgres://app:${APP_PW}@127.0.0.1:%d/nodb?sslmode=disable", e.pg.Port), // database does not exist
+		fmt.Sprintf("postgres://app:${APP_PW}@127.0.0.1:%d/nodb?sslmode=disable", e.pg.Port),      // database does not exist
 		fmt.Sprintf("postgres://app:${APP_PW}@127.0.0.1:1/app?sslmode=disable&connect_timeout=2"), // nothing listens
 	} {
 		cfg := filepath.Join(dir, fmt.Sprintf("c%d.yaml", i))

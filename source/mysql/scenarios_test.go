@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 )
 
 const outboxCols = "id,aggregatetype,aggregateid,type,payload,created_at"
@@ -142,6 +143,9 @@ func TestPurgedBinlog(t *testing.T) {
 		s.Close()
 		if err == nil {
 			t.Fatalf("Open(%s) after purge succeeded", tc.from)
+		}
+		if !errors.Is(err, source.ErrPositionLost) {
+			t.Errorf("Open(%s): the purge error does not wrap source.ErrPositionLost, so the pipeline would retry it: %v", tc.from, err)
 		}
 		for _, w := range tc.want {
 			if !strings.Contains(err.Error(), w) {

@@ -13,6 +13,7 @@ import (
 	perrors "github.com/pingcap/errors"
 
 	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 )
 
 // serverInfo is what Open learns about the server.
@@ -215,7 +216,7 @@ func oldestMariaState(c *client.Conn) (string, mariaGTIDs, error) {
 
 // purgedError is the loud failure for a position whose binlog is gone.
 func purgedError(start position, what, suggestion string) error {
-	return fmt.Errorf("binlog position %s can no longer be served: %s. The events after it were purged from the "+
+	return lostf("binlog position %s can no longer be served: %s. The events after it were purged from the "+
 		"server's binary log, so resuming would silently lose outbox rows. To recover: republish whatever was lost if "+
 		"needed, then store a position the server still has with `outboxd offsets set -c FILE --position %s` (or "+
 		"remove the stored offsets to start at the current binlog end); and keep binlogs longer than outboxd can be "+
@@ -238,7 +239,7 @@ func checkServable(c *client.Conn, start position) error {
 		for _, l := range logs {
 			if l.name == start.file {
 				if uint64(start.pos) > l.size {
-					return fmt.Errorf("binlog position %s is past the end of %s (%d bytes): the stored position does not belong to this server's binlog", start, l.name, l.size)
+					return lostf("binlog position %s is past the end of %s (%d bytes): the stored position does not belong to this server's binlog", start, l.name, l.size)
 				}
 				return nil
 			}
@@ -247,7 +248,7 @@ func checkServable(c *client.Conn, start position) error {
 		if compareBinlogFile(start.file, oldest) < 0 {
 			return purgedError(start, fmt.Sprintf("binlog file %s was purged (the oldest binlog on the server is %s)", start.file, oldest), oldest+":4")
 		}
-		return fmt.Errorf("binlog position %s: file %s is not on the server (its binlogs are %s .. %s): the stored position belongs to another server, or the binlog was reset (RESET MASTER); set a position with `outboxd offsets set`", start, start.file, oldest, newest)
+		return lostf("binlog position %s: file %s is not on the server (its binlogs are %s .. %s): the stored position belongs to another server, or the binlog was reset (RESET MASTER); set a position with `outboxd offsets set`", start, start.file, oldest, newest)
 	case kindMariaGTID:
 		oldest, state, err := oldestMariaState(c)
 		if err != nil {
@@ -316,12 +317,27 @@ func fatalServerError(err error) bool {
 // serverError is an error the server answered; it unwraps to the *MyError so that callers can
 // tell it from a lost connection (and stop retrying).
 type serverError struct {
-	msg string
-	me  *gomysql.MyError
+	msg  string
+	me   *gomysql.MyError
+	lost bool // the position cannot be served (wraps source.ErrPositionLost)
 }
 
 func (e *serverError) Error() string { return e.msg }
-func (e *serverError) Unwrap() error { return e.me }
+func (e *serverError) Unwrap() []error {
+	if e.lost {
+		return []error{e.me, source.ErrPositionLost}
+	}
+	return []error{e.me}
+}
+
+// lostError is a position the server can no longer serve: it wraps source.ErrPositionLost so
+// that the pipeline stops loudly instead of retrying.
+type lostError struct{ msg string }
+
+func (e *lostError) Error() string { return e.msg }
+func (e *lostError) Unwrap() error { return source.ErrPositionLost }
+
+func lostf(format string, args ...any) error { return &lostError{fmt.Sprintf(format, args...)} }
 
 // explainStreamError turns the server's refusal to stream (error 1236, ER_MASTER_FATAL_ERROR_
 // READING_BINLOG: purged binlog, unknown GTID, position out of range) into the purge message,
@@ -337,7 +353,7 @@ func explainStreamError(err error, start position) error {
 		if start.kind == kindFile {
 			sugg = "<oldest binlog file>:4"
 		}
-		return &serverError{purgedError(start, what, sugg).Error(), me}
+		return &serverError{purgedError(start, what, sugg).Error(), me, true}
 	}
-	return &serverError{fmt.Sprintf("binlog stream from %s: server error %d: %s", start, me.Code, me.Message), me}
+	return &serverError{fmt.Sprintf("binlog stream from %s: server error %d: %s", start, me.Code, me.Message), me, false}
 }
