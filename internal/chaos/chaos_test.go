@@ -64,7 +64,8 @@ func TestChaos(t *testing.T) {
 	p := chaosPlan()
 	start := time.Now()
 	t.Cleanup(func() { report(t, p, time.Since(start)) })
-	t.Run("postgres-sigkill", func(t *testing.T) { pgKill(t, p) })
+	t.Run("postgres-sigkill", func(t *testing.T) { pgKill(t, p, false) })
+	t.Run("postgres-sigkill-exactly-once", func(t *testing.T) { pgKill(t, p, true) })
 	t.Run("postgres-broker-outage", func(t *testing.T) { brokerOutage(t, p) })
 	t.Run("postgres-restart", func(t *testing.T) { pgRestart(t, p) })
 	t.Run("postgres-ha-failover", func(t *testing.T) { haFailover(t, p) })
@@ -88,7 +89,7 @@ func report(t *testing.T, p plan, took time.Duration) {
 		}
 		fmt.Fprintf(&b, "| %s | %d | %s | %s | %d | %s |\n", r.scenario, r.tally.events, faults, lost, r.tally.dups, r.took.Round(time.Second))
 	}
-	fmt.Fprintf(&b, "\nmode %s, at_least_once, %d scenarios in %s\n", p.mode, len(results), took.Round(time.Second))
+	fmt.Fprintf(&b, "\nmode %s, at_least_once unless the scenario says exactly_once, %d scenarios in %s\n", p.mode, len(results), took.Round(time.Second))
 	t.Logf("chaos results:\n%s", b.String())
 	if path := os.Getenv("OUTBOXD_CHAOS_REPORT"); path != "" {
 		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
@@ -131,10 +132,12 @@ func sleepBetween(min, max time.Duration) {
 	time.Sleep(min + time.Duration(mrand.Int64N(int64(max-min))))
 }
 
-// pgKill: SIGKILL outboxd every 1–3 s and restart it at once.
-func pgKill(t *testing.T, p plan) {
+// pgKill: SIGKILL outboxd every 1–3 s and restart it at once. With exactlyOnce the run must
+// also deliver no duplicate (read_committed).
+func pgKill(t *testing.T, p plan, exactlyOnce bool) {
 	started := time.Now()
 	f := newPostgresFixture(t)
+	f.exactlyOnce = exactlyOnce
 	cfg := f.config("a", "", "")
 	proc := startProc(t, "a", cfg, f.dir)
 	f.waitStreaming(proc)
@@ -148,7 +151,14 @@ func pgKill(t *testing.T, p plan) {
 	}
 	time.Sleep(2 * time.Second)
 	proc.mustBeRunning(t)
-	finish(t, f, w, p, result{scenario: "PostgreSQL: SIGKILL outboxd every 1–3 s", faults: fmt.Sprintf("%d SIGKILLs", p.kills)}, started)
+	name := "PostgreSQL: SIGKILL outboxd every 1–3 s"
+	if exactlyOnce {
+		name = "PostgreSQL, exactly_once: SIGKILL outboxd every 1–3 s"
+	}
+	finish(t, f, w, p, result{scenario: name, faults: fmt.Sprintf("%d SIGKILLs", p.kills)}, started)
+	if exactlyOnce && (len(results) == 0 || results[len(results)-1].tally.dups != 0) {
+		t.Errorf("exactly_once delivered duplicates: %+v", results[len(results)-1].tally)
+	}
 	if code := proc.term(); code != 0 {
 		t.Errorf("SIGTERM exit %d; output:\n%s", code, tail(proc.out.String(), 40))
 	}

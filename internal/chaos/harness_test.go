@@ -198,6 +198,8 @@ type fixture struct {
 	db     outboxDB
 	source string // the config's source section
 	offs   string // offsets file, shared by every instance
+	// exactlyOnce selects kafka.delivery exactly_once (offsets in the Kafka transaction).
+	exactlyOnce bool
 }
 
 // newBroker starts a broker whose data survives Stop/Start (Dir).
@@ -271,15 +273,21 @@ func newMariaDBFixture(t *testing.T) *fixture {
 // own http.listen.
 func (f *fixture) config(name, httpListen, extra string) string {
 	path := filepath.Join(f.dir, name+".yaml")
+	delivery, store := "at_least_once", "file"
+	if f.exactlyOnce {
+		delivery, store = "exactly_once", "kafka"
+	}
 	cfg := fmt.Sprintf(`shutdown_timeout: 20s
 %skafka:
   brokers: [%s]
+  delivery: %s
 offsets:
+  store: %s
   path: %s
   commit_interval: 20ms
 http:
   listen: "%s"
-%s`, f.source, f.broker.Addr(), f.offs, httpListen, extra)
+%s`, f.source, f.broker.Addr(), delivery, store, f.offs, httpListen, extra)
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		f.t.Fatal(err)
 	}
