@@ -9,7 +9,7 @@ import (
 
 // liveness lets the watchdog see whether binlog events still arrive while Next waits for one.
 type liveness struct {
-	events  atomic.Uint64 // events received by Next
+	events  atomic.Uint64 // events received from the server (counted by the feed)
 	waiting atomic.Bool   // Next is blocked waiting for an event
 }
 
@@ -17,7 +17,7 @@ type liveness struct {
 // heartbeat the server sends every HeartbeatPeriod when idle) for about limit: the connection
 // is silently dead (a network partition, a frozen server). Next then sees the stream end and
 // reconnects. A consumer that is merely slow never trips it: Next is not waiting then.
-func (s *Source) watch(syncer *replication.BinlogSyncer, stop <-chan struct{}, limit time.Duration) {
+func (s *Source) watch(syncer *replication.BinlogSyncer, f *eventFeed, stop <-chan struct{}, limit time.Duration) {
 	tick := time.NewTicker(limit / 2)
 	defer tick.Stop()
 	last, stale := s.live.events.Load(), 0
@@ -36,6 +36,7 @@ func (s *Source) watch(syncer *replication.BinlogSyncer, stop <-chan struct{}, l
 		last = n
 		if stale >= 2 {
 			s.log.Warn("no binlog event or heartbeat received; closing the connection to reconnect", "silent_for", limit)
+			f.abandon()
 			syncer.Close()
 			return
 		}

@@ -39,7 +39,8 @@ func (k posKind) String() string {
 type mariaGTIDs []gomysql.MariadbGTID
 
 func (g mariaGTIDs) String() string {
-	var b []byte
+	var buf [64]byte
+	b := buf[:0]
 	for i, x := range g {
 		if i > 0 {
 			b = append(b, ',')

@@ -61,13 +61,17 @@ type Source struct {
 
 	info    serverInfo
 	asm     *assembler
-	mu      sync.Mutex // guards closed, syncer and stop (Close may run concurrently with Next)
+	mu      sync.Mutex // guards closed, syncer, feed and stop (Close may run concurrently with Next)
 	closed  bool
 	syncer  *replication.BinlogSyncer
-	stream  *replication.BinlogStreamer
+	feed    *eventFeed    // the current stream's events
 	stop    chan struct{} // stops the current stream's watchdog
 	live    liveness
 	confirm atomic.Pointer[offsets.Position]
+
+	// Events taken from the feed and not yet handled (pending[next:]); Next's goroutine only.
+	pending []*replication.BinlogEvent
+	next    int
 }
 
 var _ source.Source = (*Source)(nil)
@@ -227,6 +231,7 @@ func (s *Source) decodeRows(e *replication.RowsEvent, data []byte) error {
 // server to accept it (its first FormatDescriptionEvent) so that a refused position fails here.
 func (s *Source) startStream(ctx context.Context, start position) error {
 	quiet := slog.New(debugLevel{s.log.Handler()}).With("component", "go-mysql")
+	f := newFeed(&s.live)
 	host, port := s.dsn.Addr, uint16(0)
 	if s.dsn.Net == "tcp" {
 		host, port = s.dsn.Host(), s.dsn.port()
@@ -238,8 +243,11 @@ func (s *Source) startStream(ctx context.Context, start position) error {
 		// No ReadTimeout: go-mysql would set a socket deadline for every packet (a fifth of the
 		// CPU time of a drain); the watchdog detects a silent connection instead.
 		HeartbeatPeriod: s.cfg.HeartbeatPeriod, DiscardGTIDSet: true,
-		DisableRetrySync: true, EventCacheCount: 1024, Logger: quiet,
+		DisableRetrySync: true, Logger: quiet,
 		RowsEventDecodeFunc: s.decodeRows, FillZeroLogPos: s.info.mariadb,
+		// Events reach Next through the feed, a transaction at a time; go-mysql's event
+		// channel stays unused.
+		SynchronousEventHandler: f, EventCacheCount: 1,
 	})
 	var (
 		stream *replication.BinlogStreamer
@@ -257,24 +265,29 @@ func (s *Source) startStream(ctx context.Context, start position) error {
 		stream, err = syncer.StartSyncGTID(start.mysql.Clone())
 	}
 	if err != nil {
+		f.abandon()
 		syncer.Close()
 		return fmt.Errorf("start binlog stream at %s on %s: %w", start, s.dsn.Redacted(), explainStreamError(cause(err), start))
 	}
+	go f.watch(stream)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
+		f.abandon()
 		syncer.Close()
 		return ErrClosed
 	}
-	s.syncer, s.stream, s.stop = syncer, stream, make(chan struct{})
-	go s.watch(syncer, s.stop, 3*s.cfg.HeartbeatPeriod+2*time.Second)
+	s.syncer, s.feed, s.stop = syncer, f, make(chan struct{})
+	go s.watch(syncer, f, s.stop, 3*s.cfg.HeartbeatPeriod+2*time.Second)
 	s.mu.Unlock()
+	clear(s.pending)
+	s.pending, s.next = s.pending[:0], 0
 
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	s.asm.sawFDE = false
 	for !s.asm.sawFDE {
-		ev, err := stream.GetEvent(wctx)
+		ev, err := s.event(wctx, f)
 		if err != nil {
 			if s.isClosed() {
 				return ErrClosed
@@ -288,6 +301,23 @@ func (s *Source) startStream(ctx context.Context, start position) error {
 		}
 	}
 	return nil
+}
+
+// event returns the next event of the stream f, taking the feed's queued events when the
+// pending ones are handled.
+func (s *Source) event(ctx context.Context, f *eventFeed) (*replication.BinlogEvent, error) {
+	if s.next == len(s.pending) {
+		evs, err := f.take(ctx, s.pending)
+		if err != nil {
+			s.pending, s.next = s.pending[:0], 0
+			return nil, err
+		}
+		s.pending, s.next = evs, 0
+	}
+	ev := s.pending[s.next]
+	s.pending[s.next] = nil
+	s.next++
+	return ev, nil
 }
 
 func (s *Source) isClosed() bool {
@@ -305,18 +335,28 @@ func (s *Source) Next(ctx context.Context) (source.Tx, error) {
 		if tx, ok := s.asm.pop(); ok {
 			return tx, nil
 		}
-		s.mu.Lock()
-		stream, closed := s.stream, s.closed
-		s.mu.Unlock()
-		if closed {
-			return source.Tx{}, ErrClosed
+		var (
+			ev  *replication.BinlogEvent
+			err error
+		)
+		if s.next < len(s.pending) {
+			ev = s.pending[s.next]
+			s.pending[s.next] = nil
+			s.next++
+		} else {
+			s.mu.Lock()
+			f, closed := s.feed, s.closed
+			s.mu.Unlock()
+			if closed {
+				return source.Tx{}, ErrClosed
+			}
+			if f == nil {
+				return source.Tx{}, errors.New("mysql source: Next without a successful Open")
+			}
+			s.live.waiting.Store(true)
+			ev, err = s.event(ctx, f)
+			s.live.waiting.Store(false)
 		}
-		if stream == nil {
-			return source.Tx{}, errors.New("mysql source: Next without a successful Open")
-		}
-		s.live.waiting.Store(true)
-		ev, err := stream.GetEvent(ctx)
-		s.live.waiting.Store(false)
 		if err != nil {
 			if ctx.Err() != nil {
 				return source.Tx{}, ctx.Err()
@@ -329,7 +369,6 @@ func (s *Source) Next(ctx context.Context) (source.Tx, error) {
 			}
 			continue
 		}
-		s.live.events.Add(1)
 		if err := s.asm.handle(ev); err != nil {
 			return source.Tx{}, err
 		}
@@ -377,10 +416,13 @@ func (s *Source) recover(ctx context.Context, streamErr error) error {
 
 func (s *Source) closeSyncer() {
 	s.mu.Lock()
-	sy := s.syncer
+	sy, f := s.syncer, s.feed
 	s.syncer = nil
 	s.stopWatch()
 	s.mu.Unlock()
+	if f != nil {
+		f.abandon()
+	}
 	if sy != nil {
 		sy.Close()
 	}
@@ -410,10 +452,13 @@ func (s *Source) Close() error {
 		return nil
 	}
 	s.closed = true
-	sy := s.syncer
+	sy, f := s.syncer, s.feed
 	s.syncer = nil
 	s.stopWatch()
 	s.mu.Unlock()
+	if f != nil {
+		f.abandon()
+	}
 	if sy != nil {
 		sy.Close()
 	}

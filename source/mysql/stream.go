@@ -61,9 +61,27 @@ type assembler struct {
 	rows       []source.Row
 
 	descs  map[string]*tableDesc // by configured table name
-	ready  []source.Tx
+	ready  []source.Tx           // finished transactions: ready[head:]
+	head   int
 	sawFDE bool
+
+	// Chunks the rows and values of small rows events are carved from (see carve).
+	rowChunk   []source.Row
+	valChunk   []source.Value
+	chunkBytes int // size of the rows events carved from the current chunks
 }
+
+// Rows and values of small rows events are carved from chunks shared by many transactions: one
+// allocation per chunk instead of two per rows event. Carved memory is never reused (the
+// pipeline keeps a Tx's rows until it is acked; see source.Value). Values alias their event's
+// buffer, so a chunk keeps every event it was carved for alive while any of its rows is: the
+// chunks are retired after chunkEventBytes of rows events, which bounds that extra retention,
+// and rows events larger than chunkEventBytes/8 get allocations of their own.
+const (
+	chunkRows       = 256
+	chunkValues     = 2048
+	chunkEventBytes = 256 << 10
+)
 
 func newAssembler(start position, captured map[tableKey]string, tracker *schemaTracker, mariadb bool, idleEvery time.Duration, log *slog.Logger) *assembler {
 	a := &assembler{kind: start.kind, captured: map[string]map[string]string{}, tracker: tracker, mariadb: mariadb,
@@ -102,12 +120,14 @@ func (a *assembler) dropPartial() {
 
 // pop returns the next finished transaction, if any.
 func (a *assembler) pop() (source.Tx, bool) {
-	if len(a.ready) == 0 {
+	if a.head == len(a.ready) {
 		return source.Tx{}, false
 	}
-	tx := a.ready[0]
-	a.ready[0] = source.Tx{}
-	a.ready = a.ready[1:]
+	tx := a.ready[a.head]
+	a.ready[a.head] = source.Tx{}
+	if a.head++; a.head == len(a.ready) {
+		a.ready, a.head = a.ready[:0], 0
+	}
 	return tx, true
 }
 
@@ -229,7 +249,7 @@ func (a *assembler) rowsEvent(h *replication.EventHeader, e *replication.RowsEve
 		return fmt.Errorf("binlog %s:%d: %w", a.file, h.LogPos, err)
 	}
 	n := len(d.cols)
-	vals := make([]source.Value, len(e.Rows)*n)
+	vals := a.carve(h, len(e.Rows), n)
 	for i, r := range e.Rows {
 		v := vals[i*n : (i+1)*n : (i+1)*n]
 		if err := decodeRow(d.cols, r, v); err != nil {
@@ -238,6 +258,31 @@ func (a *assembler) rowsEvent(h *replication.EventHeader, e *replication.RowsEve
 		a.rows = append(a.rows, source.Row{Table: name, Columns: d.names, Values: v})
 	}
 	return nil
+}
+
+// carve returns zeroed values for k rows of n columns of the rows event h, and makes sure a.rows
+// has room for the k rows. Small events take both from the current chunks (see chunkRows).
+func (a *assembler) carve(h *replication.EventHeader, k, n int) []source.Value {
+	size := int(h.EventSize)
+	if size > chunkEventBytes/8 || k > chunkRows/4 || k*n > chunkValues/4 {
+		return make([]source.Value, k*n)
+	}
+	if a.chunkBytes += size; a.chunkBytes > chunkEventBytes {
+		a.rowChunk, a.valChunk, a.chunkBytes = nil, nil, size
+	}
+	if len(a.valChunk) < k*n {
+		a.valChunk = make([]source.Value, chunkValues)
+	}
+	vals := a.valChunk[: k*n : k*n]
+	a.valChunk = a.valChunk[k*n:]
+	if a.rows == nil { // the transaction's first rows event (later ones grow a.rows by append)
+		if len(a.rowChunk) < k {
+			a.rowChunk = make([]source.Row, chunkRows)
+		}
+		a.rows = a.rowChunk[:0:k]
+		a.rowChunk = a.rowChunk[k:]
+	}
+	return vals
 }
 
 // desc returns the description of a captured table (name as configured) for the layout of tm.

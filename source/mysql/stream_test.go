@@ -186,3 +186,48 @@ func TestAssemblerMySQLGTID(t *testing.T) {
 		t.Fatal(a.committed)
 	}
 }
+
+// TestAssemblerCarvedRows: rows and values carved from shared chunks never overlap between
+// transactions, and appending to one Tx's slices cannot write into another's.
+func TestAssemblerCarvedRows(t *testing.T) {
+	k := newStreamKit(t)
+	a := k.assembler(t, "0-1-1", true)
+	var txs []source.Tx
+	for i := range 3 * chunkRows {
+		evs := []*replication.BinlogEvent{mariaGTID(uint64(i+2), false), k.tm, k.wr}
+		if i%3 == 0 {
+			evs = append(evs, k.tm, k.wr) // two rows events: a.rows grows past its carved room
+		}
+		txs = append(txs, feed(t, a, append(evs, ev(900, &replication.XIDEvent{}))...)...)
+	}
+	if len(txs) != 3*chunkRows {
+		t.Fatalf("%d transactions", len(txs))
+	}
+	want := string(txs[0].Rows[0].Values[0].Bytes)
+	seen := map[*source.Value]bool{}
+	for i := range txs {
+		tx := &txs[i]
+		for _, r := range tx.Rows {
+			if cap(r.Values) != len(r.Values) || seen[&r.Values[0]] {
+				t.Fatalf("tx %d: values share memory (len %d cap %d)", i, len(r.Values), cap(r.Values))
+			}
+			seen[&r.Values[0]] = true
+			r.Values = append(r.Values, source.Value{Bytes: []byte("x")})
+		}
+		tx.Rows = append(tx.Rows, source.Row{Table: "scribble"})
+	}
+	for i, tx := range txs {
+		n := 1
+		if i%3 == 0 {
+			n = 2
+		}
+		if len(tx.Rows) != n+1 {
+			t.Fatalf("tx %d: %d rows", i, len(tx.Rows))
+		}
+		for _, r := range tx.Rows[:n] {
+			if r.Table != "app.types" || string(r.Values[0].Bytes) != want {
+				t.Fatalf("tx %d: row overwritten: %s %q", i, r.Table, r.Values[0].Bytes)
+			}
+		}
+	}
+}

@@ -1,0 +1,164 @@
+package mysql
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/replication"
+)
+
+func feedEvent(e replication.Event, size uint32) *replication.BinlogEvent {
+	return &replication.BinlogEvent{Header: &replication.EventHeader{EventSize: size}, Event: e}
+}
+
+// takeNow takes what is queued without waiting (nil when nothing is).
+func takeNow(t *testing.T, f *eventFeed) []*replication.BinlogEvent {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	evs, err := f.take(ctx, nil)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+// TestFeedHandsOverTransactions: events reach take at a transaction's end, in order; a large
+// transaction is handed over in parts.
+func TestFeedHandsOverTransactions(t *testing.T) {
+	f := newFeed(&liveness{})
+	tx := []*replication.BinlogEvent{
+		feedEvent(&replication.MariadbGTIDEvent{}, 40),
+		feedEvent(&replication.MariadbAnnotateRowsEvent{}, 100),
+		feedEvent(&replication.TableMapEvent{}, 60),
+		feedEvent(&replication.RowsEvent{}, 500),
+	}
+	for _, ev := range tx {
+		if err := f.HandleEvent(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if evs := takeNow(t, f); len(evs) != 0 {
+		t.Fatalf("events handed over inside a transaction: %d", len(evs))
+	}
+	xid := feedEvent(&replication.XIDEvent{}, 30)
+	if err := f.HandleEvent(xid); err != nil {
+		t.Fatal(err)
+	}
+	evs := takeNow(t, f)
+	if len(evs) != 5 || evs[0] != tx[0] || evs[3] != tx[3] || evs[4] != xid {
+		t.Fatalf("took %d events, want the 5 of the transaction in order", len(evs))
+	}
+	if f.live.events.Load() != 5 {
+		t.Errorf("liveness counted %d events", f.live.events.Load())
+	}
+
+	// BEGIN does not end a batch; a large transaction is handed over every feedBatch events.
+	if err := f.HandleEvent(feedEvent(&replication.QueryEvent{Query: []byte("BEGIN")}, 50)); err != nil {
+		t.Fatal(err)
+	}
+	for range feedBatch - 1 {
+		if err := f.HandleEvent(feedEvent(&replication.RowsEvent{}, 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if evs := takeNow(t, f); len(evs) != feedBatch {
+		t.Fatalf("took %d events of a large transaction, want %d", len(evs), feedBatch)
+	}
+	// A big event is handed over at once.
+	if err := f.HandleEvent(feedEvent(&replication.RowsEvent{}, feedBatchBytes)); err != nil {
+		t.Fatal(err)
+	}
+	if evs := takeNow(t, f); len(evs) != 1 {
+		t.Fatalf("took %d events after a big one, want 1", len(evs))
+	}
+}
+
+// TestFeedBackpressure: the reading goroutine waits while the queue is full, until take empties
+// it or the feed is abandoned.
+func TestFeedBackpressure(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		size uint32
+		n    int // events that fill the queue
+	}{{"events", 100, feedQueue}, {"bytes", feedQueueBytes / 4, 4}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFeed(&liveness{})
+			done := make(chan error, 1)
+			go func() {
+				for range tc.n + 1 {
+					if err := f.HandleEvent(feedEvent(&replication.XIDEvent{}, tc.size)); err != nil {
+						done <- err
+						return
+					}
+				}
+				done <- nil
+			}()
+			select {
+			case err := <-done:
+				t.Fatalf("the reader did not wait with a full queue (%v)", err)
+			case <-time.After(100 * time.Millisecond):
+			}
+			evs, err := f.take(context.Background(), nil)
+			if err != nil || len(evs) != tc.n {
+				t.Fatalf("take: %d events, %v; want %d", len(evs), err, tc.n)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if evs, _ := f.take(context.Background(), evs); len(evs) != 1 {
+				t.Fatalf("second take: %d events", len(evs))
+			}
+
+			// Full again: abandon releases the reader with an error.
+			go func() {
+				for range tc.n + 1 {
+					if err := f.HandleEvent(feedEvent(&replication.XIDEvent{}, tc.size)); err != nil {
+						done <- err
+						return
+					}
+				}
+				done <- nil
+			}()
+			time.Sleep(50 * time.Millisecond)
+			f.abandon()
+			if err := <-done; !errors.Is(err, errAbandoned) {
+				t.Fatalf("abandoned reader: %v", err)
+			}
+		})
+	}
+}
+
+// TestFeedEnd: the end of the stream is reported after the events handed over before it, and
+// wakes a waiting take.
+func TestFeedEnd(t *testing.T) {
+	f := newFeed(&liveness{})
+	if err := f.HandleEvent(feedEvent(&replication.XIDEvent{}, 30)); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("connection reset")
+	st := replication.NewBinlogStreamer()
+	st.AddErrorToStreamer(boom)
+	f.watch(st)
+	if evs, err := f.take(context.Background(), nil); err != nil || len(evs) != 1 {
+		t.Fatalf("take before the end: %d events, %v", len(evs), err)
+	}
+	if _, err := f.take(context.Background(), nil); err != boom {
+		t.Fatalf("take at the end: %v", err)
+	}
+
+	f = newFeed(&liveness{})
+	st = replication.NewBinlogStreamer()
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		st.AddErrorToStreamer(boom)
+	}()
+	go f.watch(st)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := f.take(ctx, nil); err != boom {
+		t.Fatalf("waiting take: %v", err)
+	}
+}
