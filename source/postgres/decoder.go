@@ -59,6 +59,7 @@ type Decoder struct {
 	inTx bool
 	tx   source.Tx
 	xid  uint32
+	end  pglogrepl.LSN // end LSN of the last transaction Decode returned (its Position, parsed)
 }
 
 // relation is one cached Relation message.
@@ -146,7 +147,7 @@ func (d *Decoder) commit(r *reader) (source.Tx, bool, error) {
 	tx := d.tx
 	tx.Position = lsnPosition(end)
 	tx.CommitTime = pgTime(ts)
-	d.inTx, d.tx = false, source.Tx{}
+	d.inTx, d.tx, d.end = false, source.Tx{}, end
 	return tx, true, nil
 }
 

@@ -51,14 +51,14 @@ func TestHeartbeatMessageIsIdleProgress(t *testing.T) {
 	s := New(Config{DSN: "x", Tables: []string{"public.outbox"}}, testLog())
 	st := &stream{s: s, dec: NewDecoder(s.cfg.Tables), from: 100, lastHanded: 200}
 	for _, lsn := range []uint64{50, 200} {
-		if err := st.message(messageBytes(false, lsn, HeartbeatPrefix, nil)); err != nil || st.out != nil {
+		if err := st.message(messageBytes(false, lsn, HeartbeatPrefix, nil)); err != nil || st.hasOut {
 			t.Fatalf("heartbeat at %d: out %v err %v", lsn, st.out, err)
 		}
 	}
-	if err := st.message(messageBytes(false, 300, "someone.else", nil)); err != nil || st.out != nil {
+	if err := st.message(messageBytes(false, 300, "someone.else", nil)); err != nil || st.hasOut {
 		t.Fatalf("foreign message: out %v err %v", st.out, err)
 	}
-	if err := st.message(messageBytes(false, 300, HeartbeatPrefix, nil)); err != nil || st.out == nil {
+	if err := st.message(messageBytes(false, 300, HeartbeatPrefix, nil)); err != nil || !st.hasOut {
 		t.Fatalf("heartbeat at 300: out %v err %v", st.out, err)
 	}
 	if st.out.Position != lsnPosition(300) || len(st.out.Rows) != 0 {

@@ -2,46 +2,86 @@ package postgres
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pglogrepl"
 
 	"github.com/outboxd/outboxd/offsets"
 )
 
+// LSN text form: PostgreSQL's "%X/%X" (upper-case hex, no leading zeros, high and low 32 bits).
+// Formatting and parsing are hand-written: pglogrepl's LSN.String (fmt.Sprintf) and ParseLSN
+// (fmt.Sscanf) cost more than the rest of the per-transaction work of the stream loop.
+
 // ParseLSN parses a position in PostgreSQL's LSN text form ("0/16B3748", hex digits in either
 // case). The empty position is an error: callers decide what "no position" means.
 func ParseLSN(p offsets.Position) (pglogrepl.LSN, error) {
-	s := string(p)
-	hi, lo, ok := strings.Cut(s, "/")
-	if !ok || !isHex(hi) || !isHex(lo) || len(hi) > 8 || len(lo) > 8 {
-		return 0, fmt.Errorf("position %q is not a PostgreSQL LSN (want the form 0/16B3748)", s)
+	if l, ok := parseLSN(string(p)); ok {
+		return l, nil
 	}
-	lsn, err := pglogrepl.ParseLSN(s)
-	if err != nil {
-		return 0, fmt.Errorf("position %q is not a PostgreSQL LSN (want the form 0/16B3748): %w", s, err)
-	}
-	return lsn, nil
+	return 0, fmt.Errorf("position %q is not a PostgreSQL LSN (want the form 0/16B3748)", string(p))
 }
 
-func isHex(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if _, ok := unhex(s[i]); !ok {
-			return false
+// parseLSN parses "hi/lo", each 1 to 8 hex digits in either case.
+func parseLSN(s string) (pglogrepl.LSN, bool) {
+	var hi, lo uint64
+	i := 0
+	for ; i < len(s) && s[i] != '/'; i++ {
+		d, ok := unhex(s[i])
+		if !ok {
+			return 0, false
 		}
+		hi = hi<<4 | uint64(d)
 	}
-	return true
+	if i == 0 || i > 8 || i == len(s) {
+		return 0, false // no or too many high digits, or no slash
+	}
+	i++ // the slash
+	if n := len(s) - i; n == 0 || n > 8 {
+		return 0, false
+	}
+	for ; i < len(s); i++ {
+		d, ok := unhex(s[i])
+		if !ok {
+			return 0, false
+		}
+		lo = lo<<4 | uint64(d)
+	}
+	return pglogrepl.LSN(hi<<32 | lo), true
+}
+
+// formatLSN returns l in PostgreSQL's text form, identical to pglogrepl's LSN.String.
+func formatLSN(l pglogrepl.LSN) string {
+	var b [17]byte
+	return string(appendLSN(b[:0], l))
+}
+
+// appendLSN appends l's text form ("%X/%X") to b.
+func appendLSN(b []byte, l pglogrepl.LSN) []byte {
+	b = appendHex32(b, uint32(l>>32))
+	b = append(b, '/')
+	return appendHex32(b, uint32(l))
+}
+
+const upperHex = "0123456789ABCDEF"
+
+// appendHex32 appends v in upper-case hex without leading zeros ("0" for 0).
+func appendHex32(b []byte, v uint32) []byte {
+	shift := 28
+	for shift > 0 && v>>shift == 0 {
+		shift -= 4
+	}
+	for ; shift >= 0; shift -= 4 {
+		b = append(b, upperHex[v>>shift&0xF])
+	}
+	return b
 }
 
 // CompareLSN compares two LSN positions: -1 if a is before b, 0 if equal, +1 if after. An empty
 // or malformed position counts as 0/0 (before every real position); validate with ParseLSN
 // where that matters.
 func CompareLSN(a, b offsets.Position) int {
-	la, _ := ParseLSN(a)
-	lb, _ := ParseLSN(b)
+	la, _ := parseLSN(string(a))
+	lb, _ := parseLSN(string(b))
 	switch {
 	case la < lb:
 		return -1
@@ -52,10 +92,4 @@ func CompareLSN(a, b offsets.Position) int {
 }
 
 // lsnPosition is the position of an LSN.
-func lsnPosition(l pglogrepl.LSN) offsets.Position { return offsets.Position(l.String()) }
-
-// mustLSN parses a position this package produced (always valid).
-func mustLSN(p offsets.Position) pglogrepl.LSN {
-	l, _ := ParseLSN(p)
-	return l
-}
+func lsnPosition(l pglogrepl.LSN) offsets.Position { return offsets.Position(formatLSN(l)) }

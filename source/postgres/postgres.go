@@ -98,8 +98,13 @@ type Source struct {
 	done chan struct{} // closed when the stream loop ends; err is set before
 	err  error
 
+	// Waking the stream loop (stream.go): the loop publishes in confirmWake whether its current
+	// wait ends later than a Confirm needs; the first Confirm that then advances the position
+	// clears it and interrupts the wait through waker.
+	confirmWake atomic.Bool
+	waker       atomic.Pointer[waker] // set by Open before the loop starts
+
 	mu     sync.Mutex
-	wake   func()             // interrupts the loop's current wait; nil when not waiting
 	cancel context.CancelFunc // stops the loop
 	repl   *pgconn.PgConn
 	opened bool
@@ -159,7 +164,14 @@ func (s *Source) Open(ctx context.Context, from offsets.Position) error {
 	if err != nil {
 		return err
 	}
+	return s.start(ctx, repl, fromLSN)
+}
+
+// start starts the stream loop (and the background helpers) on repl, a connection in copy-both
+// mode streaming from fromLSN.
+func (s *Source) start(ctx context.Context, repl *pgconn.PgConn, fromLSN pglogrepl.LSN) error {
 	s.storeConfirmed(fromLSN)
+	s.waker.Store(newWaker(repl))
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.mu.Lock()
@@ -172,7 +184,7 @@ func (s *Source) Open(ctx context.Context, from offsets.Position) error {
 		_ = repl.Close(ctx)
 		return ErrClosed
 	}
-	st := &stream{s: s, conn: repl, dec: NewDecoder(s.cfg.Tables), from: fromLSN, lastHanded: fromLSN}
+	st := newStream(s, repl, fromLSN)
 	go s.run(runCtx, st)
 	s.startBackground(runCtx)
 	return nil
@@ -208,13 +220,12 @@ func (s *Source) Confirm(_ context.Context, p offsets.Position) error {
 	if err != nil {
 		return fmt.Errorf("confirm: %w", err)
 	}
-	if s.storeConfirmed(lsn) {
-		s.mu.Lock()
-		if s.wake != nil {
-			s.wake()
-			s.wake = nil
+	// storeConfirmed happens before the CompareAndSwap: a loop that armed confirmWake either sees
+	// the new position when it re-checks it or gets woken (stream.go, loop).
+	if s.storeConfirmed(lsn) && s.confirmWake.CompareAndSwap(true, false) {
+		if w := s.waker.Load(); w != nil {
+			w.wake()
 		}
-		s.mu.Unlock()
 	}
 	return nil
 }
@@ -253,6 +264,9 @@ func (s *Source) Close() error {
 		return nil // never opened (or Open failed / still running: it sees closed)
 	}
 	cancel()
+	if w := s.waker.Load(); w != nil {
+		w.wake() // the loop may be blocked in a read: cancel alone does not interrupt it
+	}
 	<-done
 	s.ext.wg.Wait()
 	ctx, c := context.WithTimeout(context.Background(), 5*time.Second)
@@ -261,13 +275,6 @@ func (s *Source) Close() error {
 		return fmt.Errorf("close replication connection: %w", err)
 	}
 	return nil
-}
-
-// setWake registers the loop's current wait interruption (nil to clear).
-func (s *Source) setWake(f func()) {
-	s.mu.Lock()
-	s.wake = f
-	s.mu.Unlock()
 }
 
 func (s *Source) validate() error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -19,10 +20,13 @@ type stream struct {
 	s    *Source
 	conn *pgconn.PgConn
 	dec  *Decoder
+	w    *waker
 
 	from       pglogrepl.LSN // Open's position: transactions ending at or before it are skipped
 	lastHanded pglogrepl.LSN // position of the last Tx Next returned (initially from)
-	out        *source.Tx    // a finished Tx waiting for Next; nothing is read meanwhile
+	out        source.Tx     // with hasOut: a finished Tx waiting for Next; nothing is read meanwhile
+	outLSN     pglogrepl.LSN // out.Position, parsed
+	hasOut     bool
 
 	sent       pglogrepl.LSN // flush LSN of the last status update
 	lastStatus time.Time     // when it was sent (zero: none yet)
@@ -31,6 +35,49 @@ type stream struct {
 	idleCand pglogrepl.LSN // highest WAL end a keepalive reported
 	lastIdle time.Time     // when idle progress was last handed out
 	skipped  int           // transactions skipped because they end at or before from
+
+	readDeadline time.Time   // read deadline last set on the connection (zero: unknown, set it)
+	timer        *time.Timer // bounds a blocked hand-off to Next; stopped when not in use
+}
+
+func newStream(s *Source, conn *pgconn.PgConn, from pglogrepl.LSN) *stream {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &stream{s: s, conn: conn, dec: NewDecoder(s.cfg.Tables), w: s.waker.Load(),
+		from: from, lastHanded: from, timer: t}
+}
+
+// waker interrupts the stream loop's wait from another goroutine (Confirm, Close).
+//
+// The loop does not give pgconn a context per read (a context, its timer and pgconn's watch of
+// it cost more than the read itself): it reads with context.Background() and bounds each wait
+// with the connection's read deadline. A read that hits the deadline fails with a timeout, which
+// leaves the connection usable: pgconn closes the connection on every read error except a
+// timeout, and a message that was partially read is completed by the next read (pgproto3 keeps
+// the partial message). pgconn's own context cancellation works the same way.
+type waker struct {
+	conn net.Conn      // the replication connection's net.Conn
+	ch   chan struct{} // interrupts a blocked hand-off to Next; capacity 1
+}
+
+func newWaker(c *pgconn.PgConn) *waker {
+	return &waker{conn: c.Conn(), ch: make(chan struct{}, 1)}
+}
+
+// pastDeadline is a read deadline in the past: the current or next read returns a timeout.
+var pastDeadline = time.Unix(1, 0)
+
+// wake ends the loop's current wait, or the next one if it is not waiting: a token in ch ends a
+// hand-off, a past read deadline ends a read (the loop sets its own deadline again after a
+// timeout). The caller changed the state the loop re-checks after arming its wait (confirmed
+// position, run context) before calling wake, so no wake is lost: either the loop's re-check
+// sees the change, or the deadline set here is the last one set before the read.
+func (w *waker) wake() {
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
+	_ = w.conn.SetReadDeadline(pastDeadline)
 }
 
 // run drives the loop until Close (ctx) or a failure, then publishes the outcome to Next.
@@ -51,6 +98,7 @@ func (s *Source) run(ctx context.Context, st *stream) {
 
 func (st *stream) loop(ctx context.Context) error {
 	idle := min(idleGap, st.s.cfg.StandbyTimeout)
+	done := ctx.Done()
 	for {
 		now := time.Now()
 		if st.statusDue(now) {
@@ -58,34 +106,29 @@ func (st *stream) loop(ctx context.Context) error {
 				return err
 			}
 		}
-		if st.out == nil && st.idleReady() && !now.Before(st.lastIdle.Add(idle)) {
-			st.out = &source.Tx{Position: lsnPosition(st.idleCand)}
+		if !st.hasOut && st.idleReady() && !now.Before(st.lastIdle.Add(idle)) {
+			st.setOut(source.Tx{Position: lsnPosition(st.idleCand)}, st.idleCand)
 			st.lastIdle = now
 		}
 
 		deadline := st.nextWake(now, idle)
-		wctx, cancel := context.WithDeadline(ctx, deadline)
-		st.s.setWake(cancel)
-		// A Confirm that landed before setWake found no wake to call: look at it now.
-		if pglogrepl.LSN(st.s.confirmed.Load()) > st.sent && deadline.After(st.lastStatus.Add(confirmGap)) {
-			cancel()
+		// Arm the wait: a Confirm advancing the position must wake it only when it would end
+		// later than the confirmation's status update is due.
+		confirmWake := deadline.After(st.lastStatus.Add(confirmGap))
+		if st.s.confirmWake.Load() != confirmWake {
+			st.s.confirmWake.Store(confirmWake)
 		}
 
 		var err error
-		if st.out != nil {
-			select {
-			case st.s.txCh <- *st.out:
-				st.lastHanded = mustLSN(st.out.Position)
-				st.out = nil
-			case <-wctx.Done():
-			}
+		if st.hasOut {
+			st.handOff(done, now, deadline, confirmWake)
 		} else {
-			err = st.receive(wctx)
+			err = st.receive(done, deadline, confirmWake)
 		}
-		st.s.setWake(nil)
-		cancel()
-		if ctx.Err() != nil {
+		select {
+		case <-done:
 			return ctx.Err()
+		default:
 		}
 		if err != nil {
 			return err
@@ -93,12 +136,66 @@ func (st *stream) loop(ctx context.Context) error {
 	}
 }
 
-// receive reads and handles one message. A wait that ended because wctx expired or was
-// interrupted is not an error.
-func (st *stream) receive(wctx context.Context) error {
-	msg, err := st.conn.ReceiveMessage(wctx)
+// interrupted reports whether the wait just armed must not start: a Confirm advanced the
+// position before the loop asked to be woken for it (it found confirmWake false and left the
+// loop alone), or Close was called.
+func (st *stream) interrupted(done <-chan struct{}, confirmWake bool) bool {
+	if confirmWake && pglogrepl.LSN(st.s.confirmed.Load()) > st.sent {
+		return true
+	}
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
+// handOff passes out to Next, waiting at most until deadline, a wake or Close.
+func (st *stream) handOff(done <-chan struct{}, now, deadline time.Time, confirmWake bool) {
+	select {
+	case st.s.txCh <- st.out: // Next is waiting: no timer needed
+		st.handed()
+		return
+	default:
+	}
+	if !deadline.After(now) || st.interrupted(done, confirmWake) {
+		return
+	}
+	st.timer.Reset(deadline.Sub(now))
+	select {
+	case st.s.txCh <- st.out:
+		st.handed()
+	case <-st.timer.C:
+	case <-st.w.ch:
+	case <-done:
+	}
+	st.timer.Stop()
+}
+
+func (st *stream) setOut(tx source.Tx, l pglogrepl.LSN) {
+	st.out, st.outLSN, st.hasOut = tx, l, true
+}
+
+func (st *stream) handed() {
+	st.lastHanded = st.outLSN
+	st.out, st.hasOut = source.Tx{}, false
+}
+
+// receive reads and handles one message, waiting at most until deadline, a wake or Close. A
+// wait that ended that way is not an error.
+func (st *stream) receive(done <-chan struct{}, deadline time.Time, confirmWake bool) error {
+	if !deadline.Equal(st.readDeadline) {
+		_ = st.w.conn.SetReadDeadline(deadline) // a broken connection fails the read below
+		st.readDeadline = deadline
+	}
+	if st.interrupted(done, confirmWake) {
+		return nil
+	}
+	msg, err := st.conn.ReceiveMessage(context.Background()) // no context to watch: see waker
 	if err != nil {
-		if wctx.Err() != nil && (pgconn.Timeout(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		if pgconn.Timeout(err) { // the deadline or a wake (only the loop and waker set deadlines)
+			st.readDeadline = time.Time{} // a wake moved it: set it again
 			return nil
 		}
 		return fmt.Errorf("replication stream on slot %q: receive: %w: outboxd stops; on restart it resumes from the stored position", st.s.cfg.Slot, err)
@@ -146,15 +243,15 @@ func (st *stream) handleCopyData(data []byte) error {
 			return fmt.Errorf("decode WAL at %s on slot %q: %w", xld.WALStart, st.s.cfg.Slot, err)
 		}
 		if done {
-			return st.deliver(tx)
+			return st.deliver(tx, st.dec.end)
 		}
 	}
 	return nil
 }
 
-// deliver queues a finished transaction for Next, skipping those at or before Open's position.
-func (st *stream) deliver(tx source.Tx) error {
-	pos := mustLSN(tx.Position)
+// deliver queues a finished transaction ending at pos (its Position) for Next, skipping those at
+// or before Open's position.
+func (st *stream) deliver(tx source.Tx, pos pglogrepl.LSN) error {
 	if pos <= st.from {
 		st.skipped++
 		if st.skipped == 1 {
@@ -165,7 +262,7 @@ func (st *stream) deliver(tx source.Tx) error {
 	if pos <= st.lastHanded {
 		return fmt.Errorf("replication stream on slot %q sent a transaction ending at %s, not after the last position handed out (%s): refusing to go backwards", st.s.cfg.Slot, pos, st.lastHanded)
 	}
-	st.out = &tx
+	st.setOut(tx, pos)
 	if len(tx.Rows) > 0 {
 		st.s.noteChange()
 	}
@@ -204,7 +301,7 @@ func (st *stream) nextWake(now time.Time, idle time.Duration) time.Time {
 	if pglogrepl.LSN(st.s.confirmed.Load()) > st.sent {
 		wake = earliest(wake, st.lastStatus.Add(confirmGap))
 	}
-	if st.out == nil && st.idleReady() {
+	if !st.hasOut && st.idleReady() {
 		wake = earliest(wake, st.lastIdle.Add(idle))
 	}
 	if wake.Before(now) {
