@@ -291,47 +291,8 @@ func RunExactlyOnce(ctx context.Context, o EOSOptions) error {
 	}
 	r.lastCommit = time.Now()
 
-	srcBackoff := newBackoff(500*time.Millisecond, 30*time.Second)
-	first := true
-	for {
-		r.src = o.NewSource()
-		if err := r.src.Open(ctx, r.committed); err != nil {
-			r.src.Close()
-			if ctx.Err() != nil {
-				return nil
-			}
-			if first || errors.Is(err, source.ErrPositionLost) {
-				return fmt.Errorf("open source at position %q: %w", r.committed, err)
-			}
-			d := srcBackoff.next()
-			r.log.Warn("source unavailable, retrying", "err", err, "in", d)
-			if !sleep(ctx, d) {
-				return nil
-			}
-			continue
-		}
-		first = false
-		if o.OnOpen != nil {
-			o.OnOpen()
-		}
-		srcErr, err := r.stream(ctx)
-		r.src.Close()
-		if err != nil {
-			return err
-		}
-		if srcErr == nil {
-			r.log.Info("stopped cleanly", "position", string(r.committed))
-			return nil
-		}
-		if errors.Is(srcErr, source.ErrPositionLost) {
-			return srcErr
-		}
-		d := srcBackoff.next()
-		r.log.Warn("source failed; what was read is committed, reconnecting", "err", srcErr, "in", d, "position", string(r.committed))
-		if !sleep(ctx, d) {
-			return nil
-		}
-	}
+	return runSessions(ctx, r.o.NewSource, r.o.OnOpen, r.log, func(src source.Source) { r.src = src },
+		func() offsets.Position { return r.committed }, r.stream, "what was read is committed")
 }
 
 func (r *eosRunner) fatalErr(err error, why string) error {

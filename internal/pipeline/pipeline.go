@@ -171,46 +171,8 @@ func Run(ctx context.Context, o Options) error {
 	} else {
 		r.log.Info("resuming from stored position", "position", string(r.stored))
 	}
-	backoff := newBackoff(500*time.Millisecond, 30*time.Second)
-	first := true
-	for {
-		r.src = o.NewSource()
-		if err := r.src.Open(ctx, r.stored); err != nil {
-			r.src.Close()
-			if ctx.Err() != nil {
-				return nil
-			}
-			if first || errors.Is(err, source.ErrPositionLost) {
-				return fmt.Errorf("open source at position %q: %w", r.stored, err)
-			}
-			d := backoff.next()
-			r.log.Warn("source unavailable, retrying", "err", err, "in", d)
-			if !sleep(ctx, d) {
-				return nil
-			}
-			continue
-		}
-		first = false
-		if o.OnOpen != nil {
-			o.OnOpen()
-		}
-		srcErr, err := r.stream(ctx)
-		r.src.Close()
-		if err != nil {
-			return err
-		}
-		if srcErr == nil { // graceful stop
-			return nil
-		}
-		if errors.Is(srcErr, source.ErrPositionLost) {
-			return srcErr
-		}
-		d := backoff.next()
-		r.log.Warn("source failed; in-flight records drained and stored, reconnecting", "err", srcErr, "in", d, "position", string(r.stored))
-		if !sleep(ctx, d) {
-			return nil
-		}
-	}
+	return runSessions(ctx, o.NewSource, o.OnOpen, r.log, func(src source.Source) { r.src = src },
+		func() offsets.Position { return r.stored }, r.stream, "in-flight records drained and stored")
 }
 
 // stream runs one source session. It returns (nil, nil) on a graceful stop, (srcErr, nil) when
@@ -309,9 +271,6 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 		if !reading && r.tracker.Records() == 0 {
 			if err := r.commit(context.Background()); err != nil {
 				return nil, err
-			}
-			if srcErr == nil {
-				r.log.Info("stopped cleanly", "position", string(r.stored))
 			}
 			return srcErr, nil
 		}
@@ -487,6 +446,57 @@ func (b *rowBudget) release(n int) {
 	select {
 	case b.freed <- struct{}{}:
 	default:
+	}
+}
+
+// runSessions is the source session loop both runners share: open a new source at pos(), run
+// stream on it, and after a source error (stream drained and stored what it had) reopen with
+// capped backoff. The first Open failing, or any error wrapping source.ErrPositionLost, is
+// returned; a graceful stop (ctx done) returns nil. drained says, for the log, what stream did
+// before returning a source error.
+func runSessions(ctx context.Context, newSource func() source.Source, onOpen func(), log *slog.Logger, setSrc func(source.Source),
+	pos func() offsets.Position, stream func(context.Context) (srcErr, fatal error), drained string) error {
+	backoff := newBackoff(500*time.Millisecond, 30*time.Second)
+	first := true
+	for {
+		src := newSource()
+		setSrc(src)
+		if err := src.Open(ctx, pos()); err != nil {
+			src.Close()
+			if ctx.Err() != nil {
+				return nil
+			}
+			if first || errors.Is(err, source.ErrPositionLost) {
+				return fmt.Errorf("open source at position %q: %w", pos(), err)
+			}
+			d := backoff.next()
+			log.Warn("source unavailable, retrying", "err", err, "in", d)
+			if !sleep(ctx, d) {
+				return nil
+			}
+			continue
+		}
+		first = false
+		if onOpen != nil {
+			onOpen()
+		}
+		srcErr, err := stream(ctx)
+		src.Close()
+		if err != nil {
+			return err
+		}
+		if srcErr == nil { // graceful stop
+			log.Info("stopped cleanly", "position", string(pos()))
+			return nil
+		}
+		if errors.Is(srcErr, source.ErrPositionLost) {
+			return srcErr
+		}
+		d := backoff.next()
+		log.Warn("source failed; "+drained+", reconnecting", "err", srcErr, "in", d, "position", string(pos()))
+		if !sleep(ctx, d) {
+			return nil
+		}
 	}
 }
 
