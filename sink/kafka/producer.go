@@ -65,6 +65,29 @@ type inflight struct {
 
 var inflightPool = sync.Pool{New: func() any { return new(inflight) }}
 
+// startSarama validates sc (sarama's own checks, then ValidateDurability) and starts a client and
+// an async producer on it; failing to start the producer aborts ctl's retry loops. what names the
+// producer kind in config errors; startErr explains a failed start.
+func startSarama(brokers []string, sc *sarama.Config, ctl *control, what, startErr string) (sarama.Client, sarama.AsyncProducer, error) {
+	if err := sc.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("kafka: invalid %s configuration: %w", what, err)
+	}
+	if err := ValidateDurability(sc); err != nil {
+		return nil, nil, err
+	}
+	client, err := sarama.NewClient(brokers, sc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kafka.brokers %v: %w", brokers, err)
+	}
+	ap, err := sarama.NewAsyncProducerFromClient(client)
+	if err != nil {
+		ctl.aborted.Store(true)
+		_ = client.Close()
+		return nil, nil, fmt.Errorf("kafka.brokers %v: %s: %w", brokers, startErr, err)
+	}
+	return client, ap, nil
+}
+
 // New builds a producer and connects: it fetches an idempotent producer id, so it fails (after
 // about 5 s of retries) if no broker is reachable. A nil log discards logs.
 func New(cfg Config, log *slog.Logger) (*Producer, error) {
@@ -80,22 +103,10 @@ func New(cfg Config, log *slog.Logger) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := sc.Validate(); err != nil {
-		return nil, fmt.Errorf("kafka: invalid producer configuration: %w", err)
-	}
-	if err := ValidateDurability(sc); err != nil {
+	client, ap, err := startSarama(cfg.Brokers, sc, ctl, "producer",
+		"cannot start the idempotent producer (is Kafka reachable, and may this client IdempotentWrite?)")
+	if err != nil {
 		return nil, err
-	}
-	client, err := sarama.NewClient(cfg.Brokers, sc)
-	if err != nil {
-		return nil, fmt.Errorf("kafka.brokers %v: %w", cfg.Brokers, err)
-	}
-	ap, err := sarama.NewAsyncProducerFromClient(client)
-	if err != nil {
-		ctl.aborted.Store(true)
-		_ = client.Close()
-		return nil, fmt.Errorf("kafka.brokers %v: cannot start the idempotent producer "+
-			"(is Kafka reachable, and may this client IdempotentWrite?): %w", cfg.Brokers, err)
 	}
 	p := &Producer{
 		cfg: cfg, log: log, ctl: ctl, client: client, ap: ap, input: ap.Input(),

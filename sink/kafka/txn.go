@@ -125,22 +125,11 @@ func NewTxn(cfg Config, o TxnOptions, log *slog.Logger) (*TxnProducer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := sc.Validate(); err != nil {
-		return nil, fmt.Errorf("kafka: invalid transactional producer configuration: %w", err)
-	}
-	if err := ValidateDurability(sc); err != nil {
+	client, ap, err := startSarama(cfg.Brokers, sc, ctl, "transactional producer",
+		fmt.Sprintf("cannot initialise transactional id %q (kafka.transactional_id; "+
+			"is Kafka reachable, and may this client write with that transactional id?)", o.ID))
+	if err != nil {
 		return nil, err
-	}
-	client, err := sarama.NewClient(cfg.Brokers, sc)
-	if err != nil {
-		return nil, fmt.Errorf("kafka.brokers %v: %w", cfg.Brokers, err)
-	}
-	ap, err := sarama.NewAsyncProducerFromClient(client)
-	if err != nil {
-		ctl.aborted.Store(true)
-		_ = client.Close()
-		return nil, fmt.Errorf("kafka.brokers %v: cannot initialise transactional id %q (kafka.transactional_id; "+
-			"is Kafka reachable, and may this client write with that transactional id?): %w", cfg.Brokers, o.ID, err)
 	}
 	p := &TxnProducer{cfg: cfg, id: o.ID, log: log, ctl: ctl, client: client, ap: ap,
 		idle: make(chan struct{}), resultDone: make(chan struct{})}
