@@ -39,7 +39,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -310,27 +309,8 @@ func (r *eosRunner) fatalErr(err error, why string) error {
 func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
 	readCtx, stopReading := context.WithCancel(ctx)
 	defer stopReading()
-	txCh := make(chan source.Tx, r.o.TxBuffer)
-	errCh := make(chan error, 1)
-	var readers sync.WaitGroup
-	readers.Add(1)
-	go func() {
-		defer readers.Done()
-		for {
-			tx, err := r.src.Next(readCtx)
-			if err != nil {
-				errCh <- err
-				return
-			}
-			select {
-			case txCh <- tx:
-			case <-readCtx.Done():
-				errCh <- readCtx.Err()
-				return
-			}
-		}
-	}()
-	defer readers.Wait()
+	txCh, errCh, wait := readTransactions(readCtx, r.src, r.o.TxBuffer, nil)
+	defer wait()
 
 	b := &eosBatch{}
 	timer := time.NewTimer(time.Hour)
@@ -363,7 +343,7 @@ func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
 				timerC = timer.C
 			}
 		}
-		var in chan source.Tx
+		var in <-chan source.Tx
 		if reading {
 			in = txCh
 		}

@@ -181,31 +181,9 @@ func Run(ctx context.Context, o Options) error {
 func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 	readCtx, stopReading := context.WithCancel(ctx)
 	defer stopReading()
-	txCh := make(chan source.Tx, r.o.TxBuffer)
 	budget := newRowBudget(r.o.ReadAheadRows)
-	errCh := make(chan error, 1)
-	var readers sync.WaitGroup
-	readers.Add(1)
-	go func() {
-		defer readers.Done()
-		for {
-			tx, err := r.src.Next(readCtx)
-			if err == nil {
-				err = budget.acquire(readCtx, len(tx.Rows))
-			}
-			if err != nil {
-				errCh <- err
-				return
-			}
-			select {
-			case txCh <- tx:
-			case <-readCtx.Done():
-				errCh <- readCtx.Err()
-				return
-			}
-		}
-	}()
-	defer readers.Wait()
+	txCh, errCh, wait := readTransactions(readCtx, r.src, r.o.TxBuffer, budget)
+	defer wait()
 
 	ticker := time.NewTicker(r.o.CommitInterval)
 	defer ticker.Stop()
@@ -213,7 +191,7 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 	reading := true
 	var drainDeadline <-chan time.Time
 	for {
-		var in chan source.Tx
+		var in <-chan source.Tx
 		if reading && pending == nil {
 			in = txCh
 		}
@@ -409,6 +387,37 @@ func reasonOf(err error) string {
 		return re.ReasonCode()
 	}
 	return "invalid_value"
+}
+
+// readTransactions runs src.Next on its own goroutine, sending each transaction on txCh (capacity
+// buffer) until Next fails or ctx ends; that error (or ctx.Err()) is then sent on errCh. With a
+// budget, each transaction's rows are acquired before it is sent (the receiver releases them).
+// wait returns once the goroutine has exited.
+func readTransactions(ctx context.Context, src source.Source, buffer int, budget *rowBudget) (<-chan source.Tx, <-chan error, func()) {
+	txCh := make(chan source.Tx, buffer)
+	errCh := make(chan error, 1)
+	var readers sync.WaitGroup
+	readers.Add(1)
+	go func() {
+		defer readers.Done()
+		for {
+			tx, err := src.Next(ctx)
+			if err == nil && budget != nil {
+				err = budget.acquire(ctx, len(tx.Rows))
+			}
+			if err != nil {
+				errCh <- err
+				return
+			}
+			select {
+			case txCh <- tx:
+			case <-ctx.Done():
+				errCh <- ctx.Err()
+				return
+			}
+		}
+	}()
+	return txCh, errCh, readers.Wait
 }
 
 // rowBudget bounds the rows buffered between the reader and the loop (the transaction channel
