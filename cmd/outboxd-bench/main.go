@@ -41,6 +41,7 @@ func main() {
 	flag.IntVar(&o.PollBatch, "poll-batch", 0, "LIMIT of the polling baseline (default 1000)")
 	flag.StringVar(&o.OutboxdBin, "outboxd", "", "outboxd binary for the memory scenario (default: go build ./cmd/outboxd)")
 	flag.StringVar(&o.CPUProfile, "cpuprofile", "", "write CPU profiles of the in-process outboxd drains to PREFIX.<scenario>.<round>.pprof")
+	flag.StringVar(&o.HeapProfile, "memprofile", "", "write heap profiles taken 1 s into the in-process outboxd drains to PREFIX.<scenario>.<round>.pprof")
 	flag.StringVar(&o.BlockProfile, "blockprofile", "", "write block (wait) profiles of the in-process outboxd drains to PREFIX.<scenario>.<round>.pprof")
 	var kafkaExtra multiFlag
 	flag.Var(&kafkaExtra, "kafka", "extra `key: value` line for the outboxd config's kafka section, e.g. -kafka 'max_inflight: 50000' (repeatable)")

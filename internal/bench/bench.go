@@ -55,6 +55,7 @@ type Options struct {
 	PollBatch       int           // LIMIT of the baseline poller
 	OutboxdBin      string        // prebuilt outboxd binary for the memory scenario ("" = go build ./cmd/outboxd)
 	CPUProfile      string        // write CPU profiles of the in-process outboxd drains to <CPUProfile>.<scenario>.<round>.pprof
+	HeapProfile     string        // write heap profiles taken 1 s into the in-process drains to <HeapProfile>.<scenario>.<round>.pprof
 	BlockProfile    string        // write block (wait) profiles of the same drains to <BlockProfile>.<scenario>.<round>.pprof
 	KafkaExtra      []string      // extra "key: value" lines for the outboxd config's kafka section (experiments)
 	OffsetsDir      string        // where outboxd's offsets files go ("" = os.TempDir(); e.g. /dev/shm to take fsync out)

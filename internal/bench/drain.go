@@ -78,6 +78,9 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 				if o.BlockProfile != "" {
 					prof.block = fmt.Sprintf("%s.%s.%d.pprof", o.BlockProfile, scenario, r+1)
 				}
+				if o.HeapProfile != "" {
+					prof.heap = fmt.Sprintf("%s.%s.%d.pprof", o.HeapProfile, scenario, r+1)
+				}
 				d, err = runOutboxdInProcess(ctx, e, cfgText, covers, prof)
 			case process:
 				var pr procRun
@@ -127,7 +130,7 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 			detail = fmt.Sprintf("%s, %d events, backlog loaded at %.0f rows/s; %s", shape, b.Rows,
 				float64(b.Rows)/b.LoadTime.Seconds(), detail)
 		case k >= len(refs):
-			detail = "default config (lz4, max_inflight 10000, linger 5ms), until the offsets file covers the last row; " + detail
+			detail = "default config (lz4, max_inflight 4096, linger 5ms), until the offsets file covers the last row; " + detail
 			if dups[k] > 0 {
 				detail += fmt.Sprintf("; %d duplicate records in Kafka", dups[k])
 			}
@@ -221,7 +224,7 @@ func kafkaExtra(lines []string) string {
 }
 
 // profiles are the profile files of one in-process run ("" = none).
-type profiles struct{ cpu, block string }
+type profiles struct{ cpu, block, heap string }
 
 // runOutboxdInProcess runs app.Run with the config text until the stored position satisfies
 // done, and returns the time from the call of app.Run to that moment. It then stops outboxd
@@ -259,6 +262,17 @@ func runOutboxdInProcess(ctx context.Context, e *env, cfgText string, done func(
 			}
 			runtime.SetBlockProfileRate(0)
 		}
+	}
+	if prof.heap != "" {
+		// A heap snapshot mid-drain (the in-flight set is full then), not at the end.
+		runtime.MemProfileRate = 4096
+		t := time.AfterFunc(time.Second, func() {
+			if f, err := os.Create(prof.heap); err == nil {
+				pprof.Lookup("heap").WriteTo(f, 0)
+				f.Close()
+			}
+		})
+		defer t.Stop()
 	}
 	var once sync.Once
 	defer once.Do(stopProfiles)

@@ -40,7 +40,7 @@ func (c *Config) applyDefaults() {
 	def(&c.Kafka.Compression, "lz4")
 	def(&c.Kafka.DLQTopic, "outboxd.dlq")
 	if c.Kafka.MaxInflight == 0 {
-		c.Kafka.MaxInflight = 10000
+		c.Kafka.MaxInflight = 4096 // as sink/kafka.DefaultMaxInflightRecords
 	}
 	if c.Kafka.MaxRecordBytes == 0 {
 		c.Kafka.MaxRecordBytes = 1 << 20

@@ -49,7 +49,7 @@ type Options struct {
 	// (kafka.dlq_max_rate); the zero value never trips.
 	DLQBreaker Breaker
 
-	MaxInflight     int           // unresolved records (default 10000)
+	MaxInflight     int           // unresolved records (default 4096)
 	MaxRecordBytes  int           // the producer's record size limit; bigger dead letters lose their value (default 1 MiB)
 	MaxTxs          int           // uncommitted transactions (default 4*MaxInflight)
 	TxBuffer        int           // transactions read ahead of the loop (default 64)
@@ -114,7 +114,7 @@ type runner struct {
 
 func (o *Options) defaults() {
 	if o.MaxInflight <= 0 {
-		o.MaxInflight = 10000
+		o.MaxInflight = 4096
 	}
 	if o.MaxTxs <= 0 {
 		o.MaxTxs = 4 * o.MaxInflight

@@ -19,7 +19,7 @@ import (
 // Defaults applied by New to zero-valued Config fields.
 const (
 	DefaultClientID           = "outboxd"
-	DefaultMaxInflightRecords = 10000
+	DefaultMaxInflightRecords = 4096
 	DefaultLinger             = 5 * time.Millisecond
 	DefaultBatchBytes         = 1 << 20
 	DefaultMaxRecordBytes     = 1 << 20
