@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/outboxd/outboxd/internal/gcfloor"
 	"io"
 	"os"
 	"os/signal"
@@ -41,6 +42,12 @@ Usage:
 
 Exit status: 0 clean stop, 1 runtime failure, 2 bad configuration or usage.
 `
+
+// gcFloorMiB is the heap goal floor of outboxd run (see internal/gcfloor): small live heaps
+// collect when the heap reaches it instead of at twice their size. Measured with outboxd-bench
+// (own process): 32 MiB cuts GC CPU enough for the MariaDB drain and keeps peak RSS on the 1M-row
+// backlog under 64 MiB; 40 MiB passed it (65.6-68.0 MiB).
+const gcFloorMiB = 32
 
 func main() { os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr)) }
 
@@ -111,6 +118,10 @@ func runCmd(args []string, stderr io.Writer) int {
 		return code
 	}
 	log := app.NewLogger(cfg.Log, stderr)
+	if stopGC, ok := gcfloor.Start(gcFloorMiB << 20); ok {
+		defer stopGC()
+		log.Debug("garbage collector: heap goal kept at or above a floor (set GOGC or GOMEMLIMIT to manage it yourself)", "floor_mib", gcFloorMiB)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := app.Run(ctx, cfg, log); err != nil {
