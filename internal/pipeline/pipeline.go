@@ -262,8 +262,10 @@ func (r *runner) admit(ctx context.Context, tx *source.Tx) error {
 		return fmt.Errorf("track transaction %s: %w", tx.Position, err)
 	}
 	r.o.Metrics.EventsRead(len(tx.Rows))
+	fs := make([]inflight, len(tx.Rows)) // one allocation per transaction, not per row
 	for i := range tx.Rows {
-		f := &inflight{seq: seq, row: &tx.Rows[i], pos: tx.Position, commitTime: tx.CommitTime}
+		f := &fs[i]
+		*f = inflight{seq: seq, row: &tx.Rows[i], pos: tx.Position, commitTime: tx.CommitTime}
 		rec, err := r.o.Route(f.row)
 		if err != nil {
 			f.rec = rec

@@ -3,14 +3,16 @@
 // key = aggregate id, value = the payload bytes as stored, header "id" = the event id, plus
 // configured extra header columns.
 //
-// Route is a pure function of its inputs: no I/O, no clock, no shared mutable state. A Router is
-// safe for concurrent use.
+// Route is a pure function of its inputs: no I/O, no clock; its only shared state is a memo of
+// topic names per aggregate type (bounded, read lock-free). A Router is safe for concurrent use.
 package outbox
 
 import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/source"
@@ -60,7 +62,15 @@ type Router struct {
 	prefix string // topic text before ${routedByValue}
 	suffix string // and after it
 	routed bool
+
+	// topics memoises prefix + aggregate type + suffix for valid topic names (string → string),
+	// so a row of a known aggregate type costs no allocation or validation; at most maxTopics
+	// entries (aggregate types are few; an unbounded stream of new ones just is not memoised).
+	topics  sync.Map
+	nTopics atomic.Int32
 }
+
+const maxTopics = 4096
 
 // New validates cfg and returns a Router.
 func New(cfg Config) (*Router, error) {
@@ -116,12 +126,21 @@ func (r *Router) route(row *source.Row) (sink.Record, error) {
 		if err != nil {
 			return rec, err
 		}
-		rec.Topic = r.prefix + string(at.Bytes) + r.suffix
+		if t, ok := r.topics.Load(string(at.Bytes)); ok { // no allocation for the lookup key
+			rec.Topic = t.(string)
+		} else {
+			rec.Topic = r.prefix + string(at.Bytes) + r.suffix
+			if err := ValidTopic(rec.Topic); err != nil {
+				return rec, &Error{Reason: "invalid_topic", Column: r.cfg.AggregateTypeColumn, Msg: err.Error()}
+			}
+			if r.nTopics.Load() < maxTopics {
+				if _, loaded := r.topics.LoadOrStore(string(at.Bytes), rec.Topic); !loaded {
+					r.nTopics.Add(1)
+				}
+			}
+		}
 	} else {
-		rec.Topic = r.cfg.Topic
-	}
-	if err := ValidTopic(rec.Topic); err != nil {
-		return rec, &Error{Reason: "invalid_topic", Column: r.cfg.AggregateTypeColumn, Msg: err.Error()}
+		rec.Topic = r.cfg.Topic // validated by New
 	}
 	aid, err := get(r.cfg.AggregateIDColumn, true)
 	if err != nil {

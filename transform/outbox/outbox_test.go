@@ -169,3 +169,37 @@ func TestErrorReasonCode(t *testing.T) {
 		t.Fatalf("err %v has no ReasonCode invalid_topic", err)
 	}
 }
+
+// The topic memo must give the same answers as building the name every time: for repeated and
+// new aggregate types, past its bound, and never for an invalid name (which must keep failing).
+func TestRouteTopicMemo(t *testing.T) {
+	r, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := func(at string) (string, error) {
+		buf := []byte(at) // the source reuses row memory: the memo must not keep this slice
+		rec, err := r.Route(row("id", uid, "aggregatetype", buf, "aggregateid", "k", "payload", "{}"))
+		for i := range buf {
+			buf[i] = 'X'
+		}
+		return rec.Topic, err
+	}
+	for round := 0; round < 2; round++ {
+		for i := 0; i < maxTopics+50; i++ {
+			at := "type" + strings.Repeat("a", i%7) + string(rune('a'+i%26)) + strings.Repeat("b", i/26)
+			got, err := route(at)
+			if err != nil || got != "outbox.event."+at {
+				t.Fatalf("round %d, aggregate type %q: topic %q, %v", round, at, got, err)
+			}
+		}
+		for _, bad := range []string{"has space", "bang!", strings.Repeat("x", 250)} {
+			if _, err := route(bad); err == nil {
+				t.Fatalf("round %d: aggregate type %q routed, want invalid_topic", round, bad)
+			}
+		}
+	}
+	if n := r.nTopics.Load(); n != maxTopics {
+		t.Fatalf("memo holds %d topics, want the bound %d", n, maxTopics)
+	}
+}
