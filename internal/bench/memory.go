@@ -148,7 +148,7 @@ func runOutboxdProcess(ctx context.Context, bin, cfgText string, done func(offse
 			r.exit = "killed after SIGTERM timeout"
 		}
 	}
-	tick := time.NewTicker(20 * time.Millisecond)
+	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.After(10 * time.Minute)
 	for {
