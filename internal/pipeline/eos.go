@@ -92,6 +92,7 @@ type EOSOptions struct {
 	Linger          time.Duration // how long a batch waits for more after its first record (default 50ms)
 	IdleInterval    time.Duration // how often a batch with only idle progress is committed (default 1s)
 	TxBuffer        int           // transactions read ahead (default 1024)
+	ReadAheadRows   int           // rows read ahead of the batch, across those transactions (default 2048)
 	ShutdownTimeout time.Duration // how long a stop may take to commit the current batch (default 30s)
 	RetryMin        time.Duration // backoff between attempts of a failing batch (default 100ms)
 	RetryMax        time.Duration // (default 10s)
@@ -123,6 +124,9 @@ func (o *EOSOptions) defaults() {
 	}
 	if o.TxBuffer <= 0 {
 		o.TxBuffer = 1024
+	}
+	if o.ReadAheadRows <= 0 {
+		o.ReadAheadRows = 2048
 	}
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = 30 * time.Second
@@ -309,7 +313,8 @@ func (r *eosRunner) fatalErr(err error, why string) error {
 func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
 	readCtx, stopReading := context.WithCancel(ctx)
 	defer stopReading()
-	txCh, errCh, wait := readTransactions(readCtx, r.src, r.o.TxBuffer, nil)
+	budget := newRowBudget(r.o.ReadAheadRows)
+	txCh, errCh, wait := readTransactions(readCtx, r.src, r.o.TxBuffer, budget)
 	defer wait()
 
 	b := &eosBatch{}
@@ -350,6 +355,7 @@ func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
 		// take adds tx to b, committing b first when tx would overfill it (a source
 		// transaction is never split).
 		take := func(tx source.Tx) error {
+			budget.release(len(tx.Rows))
 			if len(b.items) > 0 && (len(b.items)+len(tx.Rows) > r.o.MaxRecords || b.bytes+txBytes(tx) > r.o.MaxBytes) {
 				if err := r.commitBatch(b); err != nil {
 					return err

@@ -823,3 +823,45 @@ func TestEOSHugeRecordDeadLetterDropsValue(t *testing.T) {
 		t.Fatalf("%d records", len(got))
 	}
 }
+
+// countingSource counts the rows its Next has handed out.
+type countingSource struct {
+	*fakeSource
+	rows atomic.Int64
+}
+
+func (s *countingSource) Next(ctx context.Context) (source.Tx, error) {
+	tx, err := s.fakeSource.Next(ctx)
+	s.rows.Add(int64(len(tx.Rows)))
+	return tx, err
+}
+
+// While Kafka refuses every batch, the runner reads ahead no more than ReadAheadRows rows (plus
+// the open batch and the transaction the reader holds): a backlog is not pulled into memory.
+func TestEOSReadAheadBoundedByRows(t *testing.T) {
+	c := &fakeCluster{transientLeft: 1 << 30}
+	var spec []string
+	for i := range 300 {
+		spec = append(spec, fmt.Sprintf("r%d", i))
+	}
+	src := &countingSource{fakeSource: &fakeSource{txs: txs(spec...)}}
+	o := eosOptions(c, src.fakeSource)
+	o.NewSource = func() source.Source { return src }
+	o.ReadAheadRows = 10
+	o.ShutdownTimeout = 100 * time.Millisecond // the open batch cannot commit: do not wait for it
+	o.Log = slog.New(slog.DiscardHandler)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- RunExactlyOnce(ctx, o) }()
+	time.Sleep(300 * time.Millisecond) // many failed flush attempts
+	read := src.rows.Load()
+	cancel()
+	<-errc
+	// batch (MaxRecords 4) + budget (10) + the one transaction the reader waits to hand over.
+	if read > 4+10+1 {
+		t.Fatalf("read %d rows ahead of a stalled Kafka with ReadAheadRows 10", read)
+	}
+	if read < 4 {
+		t.Fatalf("read only %d rows: the test did not fill a batch", read)
+	}
+}
