@@ -244,7 +244,13 @@ func (s *Source) startStream(ctx context.Context, start position) error {
 		// CPU time of a drain); the watchdog detects a silent connection instead.
 		HeartbeatPeriod: s.cfg.HeartbeatPeriod, DiscardGTIDSet: true,
 		DisableRetrySync: true, Logger: quiet,
-		RowsEventDecodeFunc: s.decodeRows, FillZeroLogPos: s.info.mariadb,
+		RowsEventDecodeFunc: s.decodeRows,
+		// FillZeroLogPos makes go-mysql ask MariaDB for ANNOTATE_ROWS events (each carries the
+		// statement's text: for outbox INSERTs, the payload again) so that MariaDB 11.4+ fills
+		// every event's log position. Only file:pos positions need those; with GTIDs the log
+		// position only appears in log lines, and skipping the annotations saves ~18% of the
+		// source's CPU on a drain.
+		FillZeroLogPos: s.info.mariadb && start.kind == kindFile,
 		// Events reach Next through the feed, a transaction at a time; go-mysql's event
 		// channel stays unused.
 		SynchronousEventHandler: f, EventCacheCount: 1,
