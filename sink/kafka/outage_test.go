@@ -226,7 +226,9 @@ func TestEscapedTransientErrorsAreResent(t *testing.T) {
 // still ends the wait, the refused record is never reported, and the queued ones land.
 func TestProduceBlockedInSaramaHonoursCtx(t *testing.T) {
 	b := newBroker(t)
-	p := newProducer(t, testConfig(b.Addr()))
+	cfg := testConfig(b.Addr())
+	cfg.MaxInflightRecords = 20000 // far above what sarama buffers (ChannelBufferSize per stage)
+	p := newProducer(t, cfg)
 	topic := topicName(t)
 	warm := newOutcomes(t, 1)
 	if err := p.Produce(context.Background(), seqRecord(topic, 0, 1), warm.done(0)); err != nil {
@@ -235,7 +237,7 @@ func TestProduceBlockedInSaramaHonoursCtx(t *testing.T) {
 	warm.wait(t, 5*time.Second)
 	b.Stop()
 
-	const limit = DefaultMaxInflightRecords - 1
+	limit := cfg.MaxInflightRecords - 1
 	o := newOutcomes(t, 0)
 	queued := 0
 	for ; queued < limit; queued++ {
