@@ -63,11 +63,12 @@ type Router struct {
 	suffix string // and after it
 	routed bool
 
-	// topics memoises prefix + aggregate type + suffix for valid topic names (string → string),
-	// so a row of a known aggregate type costs no allocation or validation; at most maxTopics
-	// entries (aggregate types are few; an unbounded stream of new ones just is not memoised).
-	topics  sync.Map
-	nTopics atomic.Int32
+	// topics memoises prefix + aggregate type + suffix for valid topic names, so a row of a known
+	// aggregate type costs one map lookup (no allocation, no validation). Copy-on-write: readers
+	// load the map without locking; a new aggregate type copies it under topicsMu. At most
+	// maxTopics entries (aggregate types are few; an endless stream of new ones is not memoised).
+	topics   atomic.Pointer[map[string]string]
+	topicsMu sync.Mutex
 }
 
 const maxTopics = 4096
@@ -126,18 +127,18 @@ func (r *Router) route(row *source.Row) (sink.Record, error) {
 		if err != nil {
 			return rec, err
 		}
-		if t, ok := r.topics.Load(string(at.Bytes)); ok { // no allocation for the lookup key
-			rec.Topic = t.(string)
+		var known map[string]string
+		if m := r.topics.Load(); m != nil {
+			known = *m
+		}
+		if t, ok := known[string(at.Bytes)]; ok { // m[string(b)] does not allocate
+			rec.Topic = t
 		} else {
 			rec.Topic = r.prefix + string(at.Bytes) + r.suffix
 			if err := ValidTopic(rec.Topic); err != nil {
 				return rec, &Error{Reason: "invalid_topic", Column: r.cfg.AggregateTypeColumn, Msg: err.Error()}
 			}
-			if r.nTopics.Load() < maxTopics {
-				if _, loaded := r.topics.LoadOrStore(string(at.Bytes), rec.Topic); !loaded {
-					r.nTopics.Add(1)
-				}
-			}
+			r.memoTopic(string(at.Bytes), rec.Topic)
 		}
 	} else {
 		rec.Topic = r.cfg.Topic // validated by New
@@ -173,6 +174,25 @@ func (r *Router) route(row *source.Row) (sink.Record, error) {
 		}
 	}
 	return rec, nil
+}
+
+// memoTopic adds aggregate type at → topic to the memo (copy-on-write), unless it is full.
+func (r *Router) memoTopic(at, topic string) {
+	r.topicsMu.Lock()
+	defer r.topicsMu.Unlock()
+	var old map[string]string
+	if m := r.topics.Load(); m != nil {
+		old = *m
+	}
+	if _, ok := old[at]; ok || len(old) >= maxTopics {
+		return
+	}
+	m := make(map[string]string, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[at] = topic
+	r.topics.Store(&m)
 }
 
 // canonicalID renders an event id as canonical lower-case uuid text when it is one (16 raw bytes,

@@ -199,7 +199,7 @@ func TestRouteTopicMemo(t *testing.T) {
 			}
 		}
 	}
-	if n := r.nTopics.Load(); n != maxTopics {
+	if n := len(*r.topics.Load()); n != maxTopics {
 		t.Fatalf("memo holds %d topics, want the bound %d", n, maxTopics)
 	}
 }
