@@ -18,8 +18,9 @@ type Backend interface {
 	// References names the reference readers, the first one being the ratio's denominator
 	// ("pg_recvlogical", then a bare Go reader of the same stream).
 	References() []string
-	// RatioTarget is issue 7's target for outboxd / the first reference reader.
-	RatioTarget() float64
+	// RatioTarget is issue 7's target for outboxd / the first reference reader with transactions of
+	// rowsPerTx rows; 0 = none.
+	RatioTarget(rowsPerTx int) float64
 	// PrepareDrain creates the outbox table (once), `readers` independent read positions that
 	// all start before the backlog (PostgreSQL: logical slots at one LSN), then loads rows
 	// outbox rows in transactions of rowsPerTx rows whose aggregate types make topics under

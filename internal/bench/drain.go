@@ -188,7 +188,12 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 		for r := range rates[k] {
 			ratios = append(ratios, rates[k][r]/rates[0][r])
 		}
-		detail := "per round: " + fmtFloats(ratios, "%.2f") + fmt.Sprintf(" (target ≥ %.2g)", be.RatioTarget())
+		detail := "per round: " + fmtFloats(ratios, "%.2f")
+		if t := be.RatioTarget(rowsPerTx); t > 0 {
+			detail += fmt.Sprintf(" (target ≥ %.2g)", t)
+		} else {
+			detail += " (no target for this shape)"
+		}
 		for j := 1; j < len(refs); j++ {
 			detail += fmt.Sprintf("; vs %s: %.2f", refs[j], mean(rates[k])/mean(rates[j]))
 		}

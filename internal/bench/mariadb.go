@@ -202,7 +202,7 @@ func newMyBackend(e *env, srv *myServer) *myBackend {
 
 func (p *myBackend) Name() string         { return "MariaDB" }
 func (p *myBackend) References() []string { return []string{"go-mysql BinlogSyncer"} }
-func (p *myBackend) RatioTarget() float64 { return 0.85 }
+func (p *myBackend) RatioTarget(int) float64 { return 0.85 }
 func (p *myBackend) ensureSchema(ctx context.Context) error {
 	p.setup.Do(func() { p.err = p.srv.exec(ctx, mySetupSQL()...) })
 	return p.err

@@ -97,7 +97,13 @@ func (p *pgBackend) References() []string {
 	return []string{"pg_recvlogical", "bare pglogrepl reader"}
 }
 
-func (p *pgBackend) RatioTarget() float64 { return 0.9 }
+// RatioTarget: issue 7 sets ≥ 0.9 of pg_recvlogical for single-row transactions only.
+func (p *pgBackend) RatioTarget(rowsPerTx int) float64 {
+	if rowsPerTx == 1 {
+		return 0.9
+	}
+	return 0
+}
 
 // StartPosition: none, the slot keeps it.
 func (p *pgBackend) StartPosition(*Backlog, int) offsets.Position { return "" }
