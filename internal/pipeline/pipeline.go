@@ -4,7 +4,8 @@
 //	source.Next ──txCh (cap TxBuffer)──▶ loop: route rows, Track, Produce ──▶ producer
 //	                                      ▲                                     │ done(err)
 //	                                      └──────── outcomes (never blocks) ◀────┘
-//	loop, every CommitInterval: tracker.Commit → Store.Save → Source.Confirm
+//	loop, every CommitInterval: tracker.Commit ──▶ Store.Save (its own goroutine, one at a time)
+//	                            ◀── saved ── then Source.Confirm on the loop
 //
 // Backpressure: the tracker caps unresolved records (MaxInflight) and uncommitted transactions
 // (MaxTxs). While it is full the loop stops taking transactions, the reader goroutine blocks on
@@ -103,7 +104,15 @@ type runner struct {
 	log     *slog.Logger
 	tracker *offsets.Tracker
 	src     source.Source
-	stored  offsets.Position
+	stored  offsets.Position // durably stored (Store.Save returned) and then confirmed
+
+	// One Store.Save at a time runs off the loop goroutine (an fsync can take tens of ms under
+	// load; the loop keeps admitting and settling records meanwhile). saving is the position
+	// being saved ("" = none), queued the newest committed prefix waiting for its turn (only
+	// the newest matters). Results arrive on saved; all three belong to the loop goroutine.
+	saving, queued offsets.Position
+	saved          chan saveResult
+	saveCtx        context.Context // the session's; cancelled when it ends
 
 	lastLog time.Time // last "committed position" info line
 
@@ -149,7 +158,8 @@ func (o *Options) defaults() {
 // Errors wrapping source.ErrPositionLost are never retried.
 func Run(ctx context.Context, o Options) error {
 	o.defaults()
-	r := &runner{o: o, log: o.Log, tracker: offsets.NewTracker(o.MaxInflight, o.MaxTxs), wake: make(chan struct{}, 1)}
+	r := &runner{o: o, log: o.Log, tracker: offsets.NewTracker(o.MaxInflight, o.MaxTxs), wake: make(chan struct{}, 1),
+		saved: make(chan saveResult, 1)}
 	defer func() {
 		// After a fatal error records may still be in flight: bound the wait.
 		if sd, ok := o.Producer.(interface{ Shutdown(context.Context) error }); ok {
@@ -190,6 +200,13 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 	var pending *source.Tx // a transaction read but not yet admitted (tracker full)
 	reading := true
 	var drainDeadline <-chan time.Time
+	saveCtx, cancelSaves := context.WithCancel(ctx)
+	r.saveCtx = saveCtx
+	defer func() {
+		// A fatal return leaves no Save running (or blocked on a stalled store) behind it.
+		cancelSaves()
+		r.waitSave()
+	}()
 	for {
 		var in <-chan source.Tx
 		if reading && pending == nil {
@@ -204,11 +221,13 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 				stopReading()
 				return nil, err
 			}
-		case <-ticker.C:
-			if err := r.commit(ctx); err != nil {
+		case res := <-r.saved:
+			if err := r.onSaved(r.saveCtx, res); err != nil {
 				stopReading()
 				return nil, err
 			}
+		case <-ticker.C:
+			r.commit()
 		case err := <-errCh:
 			reading = false
 			if ctx.Err() == nil {
@@ -224,16 +243,14 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 				r.log.Info("stopping: no more reads, waiting for in-flight records", "inflight", r.tracker.Records())
 			}
 		case <-drainDeadline:
-			r.commit(context.Background())
+			r.flush(context.Background())
 			return nil, fmt.Errorf("%w: %d records of %d transactions unresolved; stored position %s (they will be re-delivered on restart)",
 				ErrShutdownTimeout, r.tracker.Records(), r.tracker.Transactions(), r.stored)
 		}
 		if pending != nil && reading {
 			if !r.tracker.CanTrack(len(pending.Rows)) {
 				// Full: make room by committing what is done; else wait for outcomes.
-				if err := r.commit(ctx); err != nil {
-					return nil, err
-				}
+				r.commit()
 			}
 			if r.tracker.CanTrack(len(pending.Rows)) {
 				if err := r.admit(ctx, pending); err != nil {
@@ -247,7 +264,7 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 			}
 		}
 		if !reading && r.tracker.Records() == 0 {
-			if err := r.commit(context.Background()); err != nil {
+			if err := r.flush(context.Background()); err != nil {
 				return nil, err
 			}
 			return srcErr, nil
@@ -360,7 +377,78 @@ func (r *runner) deadLetter(ctx context.Context, f *inflight, stage, reason stri
 }
 
 // commit stores the acked prefix, then confirms it to the source.
-func (r *runner) commit(ctx context.Context) error {
+func (r *runner) commit() {
+	pos, ok := r.tracker.Commit()
+	if !ok || pos == r.stored || pos == r.saving || pos == r.queued {
+		return
+	}
+	if r.saving != "" {
+		r.queued = pos // saved after the running Save (positions are stored in order)
+		return
+	}
+	r.startSave(r.saveCtx, pos)
+}
+
+// saveResult is the outcome of one asynchronous Store.Save.
+type saveResult struct {
+	pos       offsets.Position
+	err       error
+	cancelled bool // the context ended: not a storage failure
+}
+
+// startSave saves pos on its own goroutine; the loop gets the result on r.saved (capacity 1,
+// one Save at a time, so the send never blocks).
+func (r *runner) startSave(ctx context.Context, pos offsets.Position) {
+	r.saving = pos
+	go func() {
+		err := r.o.Store.Save(ctx, pos)
+		r.saved <- saveResult{pos: pos, err: err, cancelled: err != nil && ctx.Err() != nil}
+	}()
+}
+
+// onSaved handles a finished Save on the loop goroutine: the position is stored, so it is
+// confirmed to the source (never before); then the queued position, if any, is saved.
+func (r *runner) onSaved(ctx context.Context, res saveResult) error {
+	r.saving = ""
+	switch {
+	case res.err == nil:
+		r.stored = res.pos
+		r.confirm(ctx, res.pos)
+	case res.cancelled:
+		// Stopping: the final flush stores the acked prefix with a fresh context.
+		r.log.Debug("store position interrupted by the stop", "position", string(res.pos), "err", res.err)
+	default:
+		return fmt.Errorf("store position %s: %w", res.pos, res.err)
+	}
+	if q := r.queued; q != "" {
+		r.queued = ""
+		if q != r.stored {
+			r.startSave(ctx, q)
+		}
+	}
+	return nil
+}
+
+// waitSave waits for the running Save, if any, and records its position when it succeeded.
+func (r *runner) waitSave() {
+	if r.saving == "" {
+		return
+	}
+	res := <-r.saved
+	r.saving = ""
+	if res.err == nil {
+		r.stored = res.pos
+	}
+}
+
+// flush stores and confirms the acked prefix synchronously: at the end of a session and on
+// stop, where what is stored must be known before returning.
+func (r *runner) flush(ctx context.Context) error {
+	for r.saving != "" { // the running Save, then the queued one onSaved may start
+		if err := r.onSaved(ctx, <-r.saved); err != nil {
+			return err
+		}
+	}
 	pos, ok := r.tracker.Commit()
 	if !ok || pos == r.stored {
 		return nil
@@ -369,6 +457,12 @@ func (r *runner) commit(ctx context.Context) error {
 		return fmt.Errorf("store position %s: %w", pos, err)
 	}
 	r.stored = pos
+	r.confirm(ctx, pos)
+	return nil
+}
+
+// confirm tells the source that pos is stored, and reports the commit.
+func (r *runner) confirm(ctx context.Context, pos offsets.Position) {
 	if err := r.src.Confirm(ctx, pos); err != nil {
 		r.log.Warn("confirm position to the source failed (stored; will confirm again)", "position", string(pos), "err", err)
 	}
@@ -380,7 +474,6 @@ func (r *runner) commit(ctx context.Context) error {
 	if r.o.OnCommit != nil {
 		r.o.OnCommit(pos)
 	}
-	return nil
 }
 
 func reasonOf(err error) string {

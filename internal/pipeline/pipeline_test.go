@@ -361,3 +361,88 @@ func TestHugeRecordDeadLetterDropsValue(t *testing.T) {
 	}
 	t.Fatal("no dead letter")
 }
+
+// gatedStore blocks each Save until the test releases it, and records the order of Saves.
+type gatedStore struct {
+	memStore
+	gate    chan struct{}
+	started chan offsets.Position
+	mu2     sync.Mutex
+	saves   []offsets.Position
+}
+
+func (g *gatedStore) Save(ctx context.Context, p offsets.Position) error {
+	g.started <- p
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	g.mu2.Lock()
+	g.saves = append(g.saves, p)
+	g.mu2.Unlock()
+	return g.memStore.Save(ctx, p)
+}
+
+// A slow Store.Save does not stop the loop: with room for only 5 unresolved records, all 40
+// records still get produced and acked while the first Save is blocked (the loop frees tracker
+// room without waiting for the store). Saves run one at a time in position order, the source is
+// confirmed only with positions whose Save returned, and a stop stores the whole acked prefix.
+func TestSlowSaveDoesNotBlockTheLoop(t *testing.T) {
+	var txs []source.Tx
+	for i := range 40 {
+		txs = append(txs, source.Tx{Position: offsets.Position(fmt.Sprintf("%03d", i+1)), Rows: []source.Row{row(fmt.Sprint(i), "x")}})
+	}
+	src := &fakeSource{txs: txs}
+	p := &fakeProducer{auto: true}
+	st := &gatedStore{gate: make(chan struct{}), started: make(chan offsets.Position, 100)}
+	o := options(src, p, &st.memStore)
+	o.Store = st
+	o.MaxInflight, o.MaxTxs = 5, 5
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- Run(ctx, o) }()
+
+	first := <-st.started // the first Save is now blocked
+	waitFor(t, "all 40 records produced while a Save is blocked", func() bool { return p.count() == 40 })
+	select {
+	case q := <-st.started:
+		t.Fatalf("a second Save (%s) started while %s was running", q, first)
+	case <-time.After(30 * time.Millisecond):
+	}
+	src.mu.Lock()
+	if len(src.confirmed) != 0 {
+		t.Fatalf("confirmed %v before any Save returned", src.confirmed)
+	}
+	src.mu.Unlock()
+
+	// Release the Saves; the one queued meanwhile is the newest prefix, 040.
+	go func() {
+		for {
+			select {
+			case st.gate <- struct{}{}:
+			case <-time.After(3 * time.Second):
+				return
+			}
+		}
+	}()
+	if second := <-st.started; second != "040" {
+		t.Fatalf("second Save %s, want the newest prefix 040", second)
+	}
+	waitFor(t, "040 stored", func() bool { return st.get() == "040" })
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	st.mu2.Lock()
+	saves := append([]offsets.Position(nil), st.saves...)
+	st.mu2.Unlock()
+	if len(saves) != 2 || saves[0] != first || saves[1] != "040" {
+		t.Fatalf("saves %v, want [%s 040]", saves, first)
+	}
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	if fmt.Sprint(src.confirmed) != fmt.Sprint(saves) {
+		t.Fatalf("confirmed %v, saved %v", src.confirmed, saves)
+	}
+}
