@@ -200,8 +200,8 @@ func newMyBackend(e *env, srv *myServer) *myBackend {
 	return &myBackend{e: e, srv: srv, ids: 1_000_000 + rand.Uint32N(1_000_000_000)}
 }
 
-func (p *myBackend) Name() string         { return "MariaDB" }
-func (p *myBackend) References() []string { return []string{"go-mysql BinlogSyncer"} }
+func (p *myBackend) Name() string            { return "MariaDB" }
+func (p *myBackend) References() []string    { return []string{"go-mysql BinlogSyncer"} }
 func (p *myBackend) RatioTarget(int) float64 { return 0.85 }
 func (p *myBackend) ensureSchema(ctx context.Context) error {
 	p.setup.Do(func() { p.err = p.srv.exec(ctx, mySetupSQL()...) })
