@@ -112,7 +112,8 @@ type runner struct {
 	// the newest matters). Results arrive on saved; all three belong to the loop goroutine.
 	saving, queued offsets.Position
 	saved          chan saveResult
-	saveCtx        context.Context // the session's; cancelled when it ends
+	saveCtx        context.Context  // the session's; cancelled when it ends
+	committed      offsets.Position // newest acked prefix taken from the tracker (may be unsaved)
 
 	lastLog time.Time // last "committed position" info line
 
@@ -376,12 +377,14 @@ func (r *runner) deadLetter(ctx context.Context, f *inflight, stage, reason stri
 	return nil
 }
 
-// commit stores the acked prefix, then confirms it to the source.
+// commit takes the acked prefix from the tracker (freeing its room at once) and hands it to
+// the asynchronous Save; onSaved confirms it to the source once stored.
 func (r *runner) commit() {
 	pos, ok := r.tracker.Commit()
-	if !ok || pos == r.stored || pos == r.saving || pos == r.queued {
+	if !ok {
 		return
 	}
+	r.committed = pos
 	if r.saving != "" {
 		r.queued = pos // saved after the running Save (positions are stored in order)
 		return
@@ -449,8 +452,12 @@ func (r *runner) flush(ctx context.Context) error {
 			return err
 		}
 	}
-	pos, ok := r.tracker.Commit()
-	if !ok || pos == r.stored {
+	if pos, ok := r.tracker.Commit(); ok {
+		r.committed = pos
+	}
+	// Also a prefix taken earlier whose Save the stop interrupted.
+	pos := r.committed
+	if pos == "" || pos == r.stored {
 		return nil
 	}
 	if err := r.o.Store.Save(ctx, pos); err != nil {

@@ -446,3 +446,53 @@ func TestSlowSaveDoesNotBlockTheLoop(t *testing.T) {
 		t.Fatalf("confirmed %v, saved %v", src.confirmed, saves)
 	}
 }
+
+// A stop that interrupts a running Save (the store honours ctx) still stores the acked prefix:
+// the final flush saves it again with a fresh context.
+func TestStopDuringSaveStoresThePrefix(t *testing.T) {
+	var txs []source.Tx
+	for i := range 10 {
+		txs = append(txs, source.Tx{Position: offsets.Position(fmt.Sprintf("%03d", i+1)), Rows: []source.Row{row(fmt.Sprint(i), "x")}})
+	}
+	src := &fakeSource{txs: txs}
+	p := &fakeProducer{auto: true}
+	st := &gatedStore{gate: make(chan struct{}), started: make(chan offsets.Position, 100)}
+	o := options(src, p, &st.memStore)
+	o.Store = st
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- Run(ctx, o) }()
+	waitFor(t, "all 10 records produced", func() bool { return p.count() == 10 })
+	waitFor(t, "a Save of the whole prefix", func() bool {
+		for {
+			select {
+			case pos := <-st.started:
+				if pos == "010" {
+					return true
+				}
+			default:
+				return false
+			}
+		}
+	})
+	cancel() // the blocked Save returns ctx.Err()
+	select { // the final flush saves again; let it through
+	case <-st.started:
+		st.gate <- struct{}{}
+	case err := <-errc:
+		t.Fatalf("stopped (%v) without saving the prefix again; stored %q", err, st.get())
+	case <-time.After(5 * time.Second):
+		t.Fatal("no final Save after the stop")
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if got := st.get(); got != "010" {
+		t.Fatalf("stored %q after a stop that interrupted the Save of 010", got)
+	}
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	if n := len(src.confirmed); n == 0 || src.confirmed[n-1] != "010" {
+		t.Fatalf("confirmed %v, want 010 last", src.confirmed)
+	}
+}
