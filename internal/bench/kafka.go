@@ -12,12 +12,7 @@ import (
 // countRecords sums, over topics, the records each partition holds (newest - oldest offset).
 // Topics that do not exist count 0.
 func countRecords(brokers, topics []string) (int64, error) {
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V2_8_0_0
-	sc.Metadata.Full = false
-	sc.Metadata.Retry.Max = 3
-	sc.Metadata.Retry.Backoff = 100 * time.Millisecond
-	cl, err := sarama.NewClient(brokers, sc)
+	cl, err := newBenchClient(brokers)
 	if err != nil {
 		return 0, err
 	}
@@ -81,13 +76,18 @@ type ackWatch struct {
 	want   int64
 }
 
-func newAckWatch(brokers, topics []string, want int64) (*ackWatch, error) {
+// newBenchClient is the bench's own metadata/offsets client (not outboxd's producer).
+func newBenchClient(brokers []string) (sarama.Client, error) {
 	sc := sarama.NewConfig()
 	sc.Version = sarama.V2_8_0_0
 	sc.Metadata.Full = false
 	sc.Metadata.Retry.Max = 3
 	sc.Metadata.Retry.Backoff = 50 * time.Millisecond
-	cl, err := sarama.NewClient(brokers, sc)
+	return sarama.NewClient(brokers, sc)
+}
+
+func newAckWatch(brokers, topics []string, want int64) (*ackWatch, error) {
+	cl, err := newBenchClient(brokers)
 	if err != nil {
 		return nil, err
 	}
