@@ -41,7 +41,7 @@ func NewSource(c *config.Config, log *slog.Logger) func() source.Source {
 	switch c.Source.Type {
 	case "mysql":
 		return func() source.Source {
-			return mysql.New(mysql.Config{DSN: c.Source.DSN, Tables: c.Source.Tables, ServerID: c.Source.MySQL.ServerID}, log)
+			return mysql.New(mysqlConfig(c), log)
 		}
 	default:
 		return func() source.Source {

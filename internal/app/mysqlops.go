@@ -13,7 +13,8 @@ import (
 )
 
 func mysqlConfig(c *config.Config) mysql.Config {
-	return mysql.Config{DSN: c.Source.DSN, Tables: c.Source.Tables, ServerID: c.Source.MySQL.ServerID}
+	return mysql.Config{DSN: c.Source.DSN, Tables: c.Source.Tables, ServerID: c.Source.MySQL.ServerID,
+		Start: c.Source.MySQL.Start, AllowMinimalRowMetadata: c.Source.MySQL.AllowMinimalRowMetadata}
 }
 
 func outboxColumns(c *config.Config) []string {

@@ -43,6 +43,12 @@ type Postgres struct {
 
 type MySQL struct {
 	ServerID uint32 `yaml:"server_id"`
+	// Start is where the first run (no stored position) begins: "current", "earliest" or an
+	// explicit position. Empty with no stored position is a refusal (no silent skip).
+	Start string `yaml:"start"`
+	// AllowMinimalRowMetadata accepts binlog_row_metadata=MINIMAL (column names then come from
+	// information_schema, which is wrong for rows written before an ALTER made while stopped).
+	AllowMinimalRowMetadata bool `yaml:"allow_minimal_row_metadata"`
 }
 
 type Outbox struct {

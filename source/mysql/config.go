@@ -26,6 +26,14 @@ type Config struct {
 	// ServerID is the replica id this reader registers with (source.mysql.server_id). It must be
 	// non-zero and unique among the server's replicas: two readers with one id evict each other.
 	ServerID uint32
+	// Start (source.mysql.start) is where a first run without a stored position begins:
+	// "current" (the binlog end now), "earliest" (the oldest binlog the server still has) or an
+	// explicit position. Empty with no stored position is refused: a lost offsets file must not
+	// skip rows silently.
+	Start string
+	// AllowMinimalRowMetadata (source.mysql.allow_minimal_row_metadata) accepts a server with
+	// binlog_row_metadata=MINIMAL; otherwise Open and check refuse it.
+	AllowMinimalRowMetadata bool
 	// UseGTID selects the position form when there is no stored position. nil (the default):
 	// GTID positions when the server has GTIDs (always on MariaDB; gtid_mode=ON on MySQL),
 	// otherwise binlog file:pos. A pointer to false forces file:pos; a pointer to true requires
