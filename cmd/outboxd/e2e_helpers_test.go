@@ -27,8 +27,11 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binPath = filepath.Join(dir, "outboxd")
-	out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-	if err != nil {
+	if old := os.Getenv("OUTBOXD_TEST_BIN"); old != "" {
+		// Run the e2e tests against another build (e.g. an older commit, to show a new test
+		// fails there): OUTBOXD_TEST_BIN=/path/to/outboxd go test ./cmd/outboxd -run X.
+		binPath = old
+	} else if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build outboxd: %v\n%s", err, out)
 		os.Exit(1)
 	}
