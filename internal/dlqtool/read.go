@@ -9,7 +9,6 @@ package dlqtool
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -78,11 +77,15 @@ func (r *Record) EventID(idColumn string) string {
 	if !r.RowValue() || idColumn == "" {
 		return ""
 	}
-	var row map[string]*string
-	if json.Unmarshal(r.Value, &row) != nil || row[idColumn] == nil {
+	row, err := DecodeRow(r.Value)
+	if err != nil {
 		return ""
 	}
-	return *row[idColumn]
+	v, ok := row[idColumn]
+	if !ok || v.Null {
+		return ""
+	}
+	return string(v.Bytes)
 }
 
 // ErrNoTopic means the DLQ topic does not exist: nothing was ever dead-lettered (outboxd creates

@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"encoding/json"
 	"time"
 
 	"github.com/outboxd/outboxd/offsets"
@@ -25,21 +24,12 @@ const (
 
 // DeadLetter builds the dead-letter record for a record that can never be delivered. rec is the
 // record as far as it could be built; when it has no key and no value (the transform failed),
-// the value is the row as a JSON object of column name to text value (null for NULL). The topic
-// is left to the caller (kafka.dlq_topic).
+// the value is the row as a JSON object (RowJSON). The topic is left to the caller
+// (kafka.dlq_topic).
 func DeadLetter(rec sink.Record, row *source.Row, stage, reason, msg string, pos offsets.Position, now time.Time) sink.Record {
 	out := sink.Record{Key: rec.Key, Value: rec.Value}
 	if stage == "transform" && row != nil {
-		obj := make(map[string]*string, len(row.Columns))
-		for i, c := range row.Columns {
-			if row.Values[i].Null {
-				obj[c] = nil
-			} else {
-				s := string(row.Values[i].Bytes)
-				obj[c] = &s
-			}
-		}
-		out.Value, _ = json.Marshal(obj)
+		out.Value = RowJSON(row)
 	}
 	out.Headers = make([]sink.Header, 0, len(rec.Headers)+7)
 	out.Headers = append(out.Headers, rec.Headers...)
