@@ -25,7 +25,9 @@ const dlqUsage = `Usage:
   outboxd dlq replay -c FILE (--id EVENT_ID ... | --all) [--timeout 1m]
       re-produce dead letters to their original topic with their key, value and headers (minus
       outboxd.error.*, outboxd.original.*, outboxd.source.*), one progress line per record;
-      a record that still fails stays in the DLQ and is reported
+      a record that still fails stays in the DLQ and is reported. A dead letter of the transform
+      stage (the value is the row as JSON) is decoded back to the row's original bytes and routed
+      again with the current outbox.* config: replayed when that now succeeds, reported otherwise
 
 Exit status: 0 done, 1 a record not replayed or a runtime failure, 2 bad configuration or usage.
 `
@@ -96,8 +98,14 @@ func dlqCmd(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 
+	router, err := app.Router(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "outboxd: config: outbox: %v\n", err)
+		return 2
+	}
 	log := app.NewLogger(cfg.Log, stderr)
-	sum, err := dlqtool.Replay(ctx, dlqtool.ReplayOptions{Conn: conn, IDs: ids, All: all, Timeout: timeout, Log: log}, stdout)
+	sum, err := dlqtool.Replay(ctx, dlqtool.ReplayOptions{Conn: conn, IDs: ids, All: all, Timeout: timeout, Log: log,
+		Route: router.Route}, stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "outboxd %s\n", scrubKafka(cfg, err))
 		return 1

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sort"
 	"time"
 
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/sink/kafka"
+	"github.com/outboxd/outboxd/source"
 )
 
 // Producer is what Replay needs of *kafka.Producer.
@@ -30,6 +32,11 @@ type ReplayOptions struct {
 	// settings: idempotent, acks=all).
 	NewProducer func() (Producer, error)
 	Log         *slog.Logger // the producer's log; nil discards
+	// Route, when set, is the outbox transform of the current config: a row-as-JSON dead letter
+	// (the transform failed, no record was built) is decoded back to its original column bytes
+	// (DecodeRow) and routed again, and replayed when that now succeeds (outbox.* fixed in the
+	// config). nil leaves row-as-JSON dead letters not replayable.
+	Route func(*source.Row) (sink.Record, error)
 }
 
 // Summary counts what Replay did.
@@ -67,6 +74,7 @@ type planner struct {
 	idColumn string
 	found    map[string]bool
 	done     map[string]*Record // event id → the dead letter replayed (or tried) for it
+	route    func(*source.Row) (sink.Record, error)
 }
 
 func newPlanner(ids []string, all bool, idColumn string) *planner {
@@ -95,9 +103,7 @@ func (p *planner) plan(r *Record) Plan {
 		}
 	}
 	if r.RowValue() {
-		pl.Why = fmt.Sprintf("not replayable: the transform failed (%s: %s), so no Kafka record was ever built and the value is the source row as JSON; "+
-			"correct the data and write a new outbox row", r.Reason(), r.Message())
-		return pl
+		return p.planRow(pl, r, id)
 	}
 	topic := r.OriginalTopic()
 	if topic == "" {
@@ -110,6 +116,50 @@ func (p *planner) plan(r *Record) Plan {
 		p.done[id] = r
 	}
 	return pl
+}
+
+// planRow decides for a row-as-JSON dead letter: its row, decoded back to the original bytes,
+// is routed again with the current config.
+func (p *planner) planRow(pl Plan, r *Record, id string) Plan {
+	failed := fmt.Sprintf("the transform failed (%s: %s), so no Kafka record was ever built and the value is the source row as JSON", r.Reason(), r.Message())
+	if p.route == nil {
+		pl.Why = "not replayable: " + failed + "; correct the data and write a new outbox row"
+		return pl
+	}
+	row, err := RowOf(r)
+	if err != nil {
+		pl.Why = "not replayable: " + failed + ", and " + err.Error()
+		return pl
+	}
+	rec, err := p.route(row)
+	if err != nil {
+		pl.Why = fmt.Sprintf("not replayable: %s; with the current config the transform still fails (%v): "+
+			"correct the data and write a new outbox row, or fix outbox.* in the config and replay again", failed, err)
+		return pl
+	}
+	pl.Replay, pl.Out = true, rec
+	if id != "" {
+		p.done[id] = r
+	}
+	return pl
+}
+
+// RowOf rebuilds the source row of a row-as-JSON dead letter (table from outboxd.source.table,
+// columns in name order, each with its original bytes).
+func RowOf(r *Record) (*source.Row, error) {
+	vals, err := DecodeRow(r.Value)
+	if err != nil {
+		return nil, err
+	}
+	row := &source.Row{Table: r.SourceTable(), Columns: make([]string, 0, len(vals)), Values: make([]source.Value, 0, len(vals))}
+	for c := range vals {
+		row.Columns = append(row.Columns, c)
+	}
+	sort.Strings(row.Columns)
+	for _, c := range row.Columns {
+		row.Values = append(row.Values, vals[c])
+	}
+	return row, nil
 }
 
 func (p *planner) notFound(ids []string) []string {
@@ -145,7 +195,8 @@ func Strip(r *Record, topic string) sink.Record {
 //
 // then a summary line. A record that still fails is not written anywhere (Kafka topics are
 // append-only: the dead letter stays in the DLQ). Dead letters of a failed transform (the value
-// is the row as JSON) are skipped; asked for by id, they count as failed. The returned error is
+// is the row as JSON) are routed again with o.Route and replayed when that succeeds; otherwise
+// (or without o.Route) they are skipped, and asked for by id they count as failed. The returned error is
 // for what stopped the replay itself (cluster unreachable, interrupted); Summary.OK tells
 // whether every selected record was replayed.
 func Replay(ctx context.Context, o ReplayOptions, w io.Writer) (Summary, error) {
@@ -158,6 +209,7 @@ func Replay(ctx context.Context, o ReplayOptions, w io.Writer) (Summary, error) 
 		newProducer = func() (Producer, error) { return kafka.New(o.Kafka, o.Log) }
 	}
 	pl := newPlanner(o.IDs, o.All, o.IDColumn)
+	pl.route = o.Route
 	queue := make(chan *Plan, 1024)
 	printed := make(chan struct{})
 	var writeErr error
