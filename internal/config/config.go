@@ -183,18 +183,18 @@ func Load(path string) (*Config, error) {
 
 // Parse is Load on bytes, with lookup for environment variables.
 func Parse(b []byte, lookup func(string) (string, bool)) (*Config, error) {
-	var root yaml.Node
-	if err := yaml.Unmarshal(b, &root); err != nil {
-		return nil, &Error{Msg: fmt.Sprintf("not valid YAML: %v", err)}
-	}
-	if err := expandNode(&root, "", lookup); err != nil {
+	root, err := oneDocument(b)
+	if err != nil {
 		return nil, err
 	}
-	heartbeat := mappingValue(&root, "source", "postgres", "heartbeat_interval")
+	if err := expandNode(root, "", lookup); err != nil {
+		return nil, err
+	}
+	heartbeat := mappingValue(root, "source", "postgres", "heartbeat_interval")
 	if heartbeat != nil && heartbeat.Kind == yaml.ScalarNode && heartbeat.Value == "0" {
 		heartbeat.Value, heartbeat.Tag, heartbeat.Style = "0s", "!!str", 0 // "0 disables"; YAML's int 0 is no duration
 	}
-	expanded, err := yaml.Marshal(&root)
+	expanded, err := yaml.Marshal(root)
 	if err != nil {
 		return nil, &Error{Msg: err.Error()}
 	}
@@ -221,6 +221,48 @@ func Parse(b []byte, lookup func(string) (string, bool)) (*Config, error) {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// oneDocument parses b, which must hold one YAML document: a second document (after a `---`
+// line) would be ignored by a plain decode, settings and all, so it is an error. A `---` before
+// the only document, and empty documents (comments only), are fine.
+func oneDocument(b []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	var root yaml.Node
+	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
+		return nil, &Error{Msg: fmt.Sprintf("not valid YAML: %v", err)}
+	}
+	for n := 2; ; n++ {
+		var next yaml.Node
+		err := dec.Decode(&next)
+		if errors.Is(err, io.EOF) {
+			return &root, nil
+		}
+		if err != nil {
+			return nil, &Error{Msg: fmt.Sprintf("not valid YAML (document %d): %v", n, err)}
+		}
+		if emptyDocument(&next) {
+			continue // an empty document: nothing ignored
+		}
+		if emptyDocument(&root) {
+			root = next // comments or nothing before the `---`
+			continue
+		}
+		return nil, &Error{Msg: fmt.Sprintf("the config file has more than one YAML document (a second `---`, document %d at line %d): "+
+			"outboxd reads a single document; merge the settings into one document and remove the `---` line", n, next.Line)}
+	}
+}
+
+// emptyDocument: nothing, or a document of only comments (a null scalar with no text).
+func emptyDocument(n *yaml.Node) bool {
+	if n.Kind == 0 || (n.Kind == yaml.DocumentNode && len(n.Content) == 0) {
+		return true
+	}
+	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+		c := n.Content[0]
+		return c.Kind == yaml.ScalarNode && c.Tag == "!!null" && c.Value == ""
+	}
+	return false
 }
 
 // mappingValue returns the value node at path through the document's mappings (nil if absent).
