@@ -148,7 +148,7 @@ func runActive(ctx context.Context, c *config.Config, log *slog.Logger, m *metri
 	if err != nil {
 		return fmt.Errorf("kafka producer (kafka.brokers %s): %s", strings.Join(c.Kafka.Brokers, ","), Scrub(err.Error(), secrets...))
 	}
-	log.Info("starting outboxd", "source", c.Source.Type, "dsn", Redact(c.Source.DSN), "tables", c.Source.Tables,
+	log.Info("starting outboxd", "source", c.Source.Type, "dsn", RedactDSN(c.Source.Type, c.Source.DSN), "tables", c.Source.Tables,
 		"brokers", c.Kafka.Brokers, "delivery", c.Kafka.Delivery, "offsets", c.Offsets.Store)
 	breaker, err := pipeline.ParseRate(c.Kafka.DLQMaxRate)
 	if err != nil {
@@ -190,7 +190,7 @@ func runExactlyOnce(ctx context.Context, c *config.Config, log *slog.Logger, sto
 		return err
 	}
 	txnID := TransactionalID(c)
-	log.Info("starting outboxd", "source", c.Source.Type, "dsn", Redact(c.Source.DSN), "tables", c.Source.Tables,
+	log.Info("starting outboxd", "source", c.Source.Type, "dsn", RedactDSN(c.Source.Type, c.Source.DSN), "tables", c.Source.Tables,
 		"brokers", c.Kafka.Brokers, "delivery", c.Kafka.Delivery, "offsets", c.Offsets.Store, "offsets_topic", c.Offsets.Topic,
 		"pipeline_id", PipelineID(c), "transactional_id", txnID)
 	newSource := activeSource(ctx, NewSource(c, log))
@@ -250,15 +250,5 @@ func secretsOf(c *config.Config) []string {
 	if c.Kafka.SASL != nil {
 		s = append(s, c.Kafka.SASL.Password)
 	}
-	if i := strings.Index(c.Source.DSN, "://"); i >= 0 {
-		rest := c.Source.DSN[i+3:]
-		if at := strings.LastIndex(rest, "@"); at >= 0 {
-			if colon := strings.Index(rest[:at], ":"); colon >= 0 {
-				s = append(s, rest[colon+1:at])
-			}
-		}
-	} else if m := driverDSN.FindStringSubmatch(c.Source.DSN); m != nil {
-		s = append(s, m[2])
-	}
-	return s
+	return append(s, DSNSecrets(c.Source.Type, c.Source.DSN)...)
 }

@@ -51,7 +51,7 @@ func querySlot(ctx context.Context, c *config.Config) (pgSlot, error) {
 	var s pgSlot
 	conn, err := pgx.Connect(ctx, c.Source.DSN)
 	if err != nil {
-		return s, fmt.Errorf("connect to PostgreSQL (source.dsn %s): %s", Redact(c.Source.DSN), Scrub(err.Error(), secretsOf(c)...))
+		return s, fmt.Errorf("connect to PostgreSQL (source.dsn %s): %s", RedactDSN(c.Source.Type, c.Source.DSN), Scrub(err.Error(), secretsOf(c)...))
 	}
 	defer conn.Close(context.Background())
 	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&s.walEnd); err != nil {

@@ -97,6 +97,42 @@ func (d dsn) Redacted() string {
 	return u.String()
 }
 
+// RedactDSN renders a source.dsn for logs and errors through the parser the source connects
+// with (parseDSN): URL form, with the password replaced by xxxxx. An error (never containing the
+// password) means the DSN does not parse: print nothing of it.
+func RedactDSN(s string) (string, error) {
+	d, err := parseDSN(s)
+	if err != nil {
+		return "", err
+	}
+	return d.Redacted(), nil
+}
+
+// DSNPassword returns the password of a source.dsn as the source uses it (URL form: decoded)
+// and as it is written in s (URL form: %XX escapes as given), for scrubbing error texts. ok is
+// false when s does not parse or has no password.
+func DSNPassword(s string) (decoded, written string, ok bool) {
+	d, err := parseDSN(s)
+	if err != nil || d.Password == "" {
+		return "", "", false
+	}
+	written = d.Password
+	s = strings.TrimSpace(s)
+	if i := strings.Index(s, "://"); i > 0 && strings.Trim(strings.ToLower(s[:i]), "abcdefghijklmnopqrstuvwxyz+") == "" {
+		// url.Parse accepted it, so the authority holds no raw '/', '?' or '#'.
+		auth := s[i+3:]
+		if j := strings.IndexAny(auth, "/?#"); j >= 0 {
+			auth = auth[:j]
+		}
+		if at := strings.LastIndexByte(auth, '@'); at >= 0 {
+			if _, pw, found := strings.Cut(auth[:at], ":"); found {
+				written = pw
+			}
+		}
+	}
+	return d.Password, written, true
+}
+
 // Host returns the host part of a TCP address (for TLS server name checks).
 func (d dsn) Host() string {
 	h, _, err := net.SplitHostPort(d.Addr)
