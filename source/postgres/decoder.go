@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -39,10 +40,19 @@ const (
 //   - Relation messages fill a cache (relation id → qualified "schema.table", column names and
 //     type OIDs). A later Relation message for the same id (after ALTER TABLE) replaces the entry;
 //     rows already decoded keep the column slice they were built with (slices are never mutated).
+//   - Every relation is attributed (see relations.go and attribution.go) to a configured table
+//     when it is that table (the OID and schema.table loaded at startup) or a partition or
+//     inheritance child of one; rows then report the configured table's name. A Relation
+//     message for an OID the decoder cannot place yet returns *UnknownRelationError (the caller
+//     resolves it and decodes the message again). A configured table's OID arriving under
+//     another name (renamed), or a configured name arriving with another OID (dropped and
+//     re-created, or replaced), is an error, before any row of that transaction is returned.
 //   - Begin opens a transaction, Commit closes it and Decode then returns it: Position is the
 //     commit's end LSN in PostgreSQL's text form ("0/16B3748"), CommitTime the commit time.
-//   - Insert into a configured table appends a source.Row. Inserts into other relations, Update,
-//     Delete, Truncate, Type, Origin and logical Message are ignored.
+//   - Insert into an attributed relation appends a source.Row; an Insert into a relation that
+//     is not attributed is an error (outboxd never skips a row it cannot place). Update, Delete,
+//     Truncate, Type and Origin are ignored (they are not outbox inserts). A logical Message is
+//     not outbox data: one that is not an outboxd heartbeat is reported to onMessage.
 //   - A transaction without any captured row is still returned (with no rows), so the position
 //     can advance past it.
 //   - Values: NULL → Value{Null: true}; bytea → its raw bytes (hex or escape text form
@@ -50,35 +60,46 @@ const (
 //     binary-format column in an INSERT is an error (we never request binary format).
 //   - Value bytes are freshly allocated for every row (one allocation per row for all its
 //     values): they never alias the message buffer, which the caller may reuse.
-//   - Any malformed or out-of-order message is an error; after an error the stream must be
-//     restarted (the decoder's state is undefined).
+//   - Any malformed or out-of-order message is an error; after an error other than
+//     *UnknownRelationError the stream must be restarted (the decoder's state is undefined).
 type Decoder struct {
-	tables map[string]string // "schema.table" as in the catalog → the name as configured
-	rels   map[uint32]*relation
+	tables   map[string]*outboxTable // "schema.table" as in the catalog → configured table
+	byOID    map[uint32]attribution  // configured tables and their descendants
+	foreign  map[uint32]string       // OIDs resolved as not attributed → why
+	loadedAt pglogrepl.LSN           // Relations.LoadedAt
+	rels     map[uint32]*relation
 
-	inTx bool
-	tx   source.Tx
-	xid  uint32
-	end  pglogrepl.LSN // end LSN of the last transaction Decode returned (its Position, parsed)
+	log       *slog.Logger    // notices about history replayed after a restart; nil: none
+	onMessage func(pgMessage) // logical decoding messages that are not outboxd heartbeats; nil: none
+
+	inTx      bool
+	tx        source.Tx
+	xid       uint32
+	commitLSN pglogrepl.LSN // the open transaction's commit LSN (Begin's final LSN)
+	end       pglogrepl.LSN // end LSN of the last transaction Decode returned (its Position, parsed)
 }
 
 // relation is one cached Relation message.
 type relation struct {
 	table   string   // configured name when captured, else the qualified catalog name
-	capture bool     // an INSERT into it becomes a Row
+	oid     uint32   // relation id
+	capture bool     // an INSERT into it becomes a Row; else an INSERT is an error
+	why     string   // when not captured: why it is not attributed
 	columns []string // shared by all rows built from this entry: never mutated
 	types   []uint32
 }
 
 // NewDecoder returns a decoder capturing inserts into tables, each "schema.table" (a name without
-// a schema means "public.<name>"). Rows report the table name exactly as given here.
+// a schema means "public.<name>"). Rows report the table name exactly as given here. Without
+// the catalog's OIDs, the first Relation message under a configured name fixes that table's
+// OID; the Source always uses NewDecoderFor with the OIDs loaded at Open.
 func NewDecoder(tables []string) *Decoder {
-	d := &Decoder{tables: make(map[string]string, len(tables)), rels: make(map[uint32]*relation)}
+	r := Relations{}
 	for _, t := range tables {
 		schema, name := splitTable(t)
-		d.tables[schema+"."+name] = t
+		r.Tables = append(r.Tables, TableRelation{Name: t, Schema: schema, Table: name})
 	}
-	return d
+	return NewDecoderFor(r)
 }
 
 // splitTable splits "schema.table" at its first dot; a name without a dot is in "public".
@@ -109,9 +130,11 @@ func (d *Decoder) Decode(msg []byte) (tx source.Tx, done bool, err error) {
 		err = d.relation(&r)
 	case msgInsert:
 		err = d.insert(&r, len(msg))
-	case msgUpdate, msgDelete, msgTruncate, msgType, msgOrigin, msgMessage:
-		// Not captured. (Type and Origin carry nothing we need: type OIDs come with Relation,
-		// and unknown types are passed through as text.)
+	case msgMessage:
+		err = d.message(msg)
+	case msgUpdate, msgDelete, msgTruncate, msgType, msgOrigin:
+		// Not outbox inserts. (Type and Origin carry nothing we need: type OIDs come with
+		// Relation, and unknown types are passed through as text.)
 	default:
 		err = fmt.Errorf("pgoutput: unexpected message type %q (outboxd uses protocol version 1 without streaming)", msg[0])
 	}
@@ -119,7 +142,7 @@ func (d *Decoder) Decode(msg []byte) (tx source.Tx, done bool, err error) {
 }
 
 func (d *Decoder) begin(r *reader) error {
-	r.u64() // final LSN: the Commit carries the same and the end LSN we need
+	final := pglogrepl.LSN(r.u64()) // the commit's LSN; the Commit carries the end LSN we need
 	ts := r.u64()
 	xid := r.u32()
 	if r.err != nil {
@@ -128,7 +151,7 @@ func (d *Decoder) begin(r *reader) error {
 	if d.inTx {
 		return fmt.Errorf("pgoutput: Begin of xid %d inside open xid %d", xid, d.xid)
 	}
-	d.inTx, d.xid = true, xid
+	d.inTx, d.xid, d.commitLSN = true, xid, final
 	d.tx = source.Tx{CommitTime: pgTime(ts)}
 	return nil
 }
@@ -161,10 +184,7 @@ func (d *Decoder) relation(r *reader) error {
 		return fmt.Errorf("pgoutput: Relation: %w", r.err)
 	}
 	qualified := ns + "." + name
-	rel := &relation{table: qualified}
-	if configured, ok := d.tables[qualified]; ok {
-		rel.table, rel.capture = configured, true
-	}
+	rel := &relation{table: qualified, oid: id}
 	rel.columns = make([]string, n)
 	rel.types = make([]uint32, n)
 	for i := 0; i < n; i++ {
@@ -175,6 +195,9 @@ func (d *Decoder) relation(r *reader) error {
 	}
 	if r.err != nil {
 		return fmt.Errorf("pgoutput: Relation %s (id %d): %w", qualified, id, r.err)
+	}
+	if err := d.attribute(rel, ns, name); err != nil {
+		return err
 	}
 	d.rels[id] = rel
 	return nil
@@ -194,7 +217,7 @@ func (d *Decoder) insert(r *reader, size int) error {
 		return fmt.Errorf("pgoutput: Insert into relation id %d before its Relation message", id)
 	}
 	if !rel.capture {
-		return nil
+		return d.notAttributed(rel)
 	}
 	if kind != 'N' {
 		return fmt.Errorf("pgoutput: Insert into %s: tuple kind %q, want 'N'", rel.table, kind)

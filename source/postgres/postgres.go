@@ -111,6 +111,8 @@ type Source struct {
 	closed bool
 
 	ext extras // heartbeats, slot watch, fatal errors (heartbeat.go, slotwatch.go)
+
+	rel relState // relation attribution (relations.go)
 }
 
 var _ source.Source = (*Source)(nil)

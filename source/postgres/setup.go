@@ -26,6 +26,9 @@ func (s *Source) setup(ctx context.Context, from pglogrepl.LSN) (*pgconn.PgConn,
 	if err := s.ensurePublication(ctx, admin); err != nil {
 		return nil, err
 	}
+	if err := s.loadRelations(ctx, admin); err != nil { // relations.go
+		return nil, err
+	}
 	slot, err := s.querySlot(ctx, admin)
 	if err != nil {
 		return nil, err

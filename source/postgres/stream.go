@@ -43,7 +43,7 @@ type stream struct {
 func newStream(s *Source, conn *pgconn.PgConn, from pglogrepl.LSN) *stream {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	return &stream{s: s, conn: conn, dec: NewDecoder(s.cfg.Tables), w: s.waker.Load(),
+	return &stream{s: s, conn: conn, dec: s.newDecoder(), w: s.waker.Load(),
 		from: from, lastHanded: from, timer: t}
 }
 
@@ -236,9 +236,15 @@ func (st *stream) handleCopyData(data []byte) error {
 		}
 		st.noteWALEnd(xld.ServerWALEnd)
 		if len(xld.WALData) > 0 && xld.WALData[0] == msgMessage && !st.dec.InTx() {
+			if err := st.dec.message(xld.WALData); err != nil { // reports messages that are not outboxd's
+				return fmt.Errorf("replication stream on slot %q: %w", st.s.cfg.Slot, err)
+			}
 			return st.message(xld.WALData) // a heartbeat (heartbeat.go)
 		}
 		tx, done, err := st.dec.Decode(xld.WALData)
+		if err != nil { // a relation to look up (relations.go), or a stop
+			tx, done, err = st.retryDecode(xld.WALData, err)
+		}
 		if err != nil {
 			return fmt.Errorf("decode WAL at %s on slot %q: %w", xld.WALStart, st.s.cfg.Slot, err)
 		}
