@@ -184,7 +184,7 @@ func (d *Decoder) renamedError(t *outboxTable, now string) error {
 func (d *Decoder) recreatedError(t *outboxTable, oid uint32) error {
 	return fmt.Errorf("pgoutput: %s (source.tables) arrives as relation OID %d, but it was OID %d when outboxd started, %s: "+
 		"the outbox table was dropped and re-created (or renamed and replaced) while outboxd was running. outboxd stops before handing out this transaction, so no position past it is stored or confirmed. "+
-		"Rows written to the new table before the publication covered it were never streamed: re-publish them from the table (rows written since it was created, at or before %s). "+
+		"If rows were written to the new table before the publication covered it, they were never streamed: re-publish them from the table (rows written since it was created, at or before %s). "+
 		"Then check that the publication covers the new table (SELECT * FROM pg_publication_tables) and restart outboxd: it loads the new OID and delivers the new table's rows from the stored position on",
 		t.qualified, oid, t.oid, d.where(), d.commitLSN)
 }
@@ -198,7 +198,7 @@ func (d *Decoder) notAttributed(rel *relation) error {
 	return fmt.Errorf("pgoutput: INSERT into %s (relation OID %d) %s, but %s. outboxd stops rather than skip a row it cannot attribute, so no position past this transaction is stored or confirmed. "+
 		"The publication (source.postgres.publication) streams this relation: if it holds outbox rows, add it to source.tables; otherwise remove it from the publication "+
 		"(ALTER PUBLICATION … DROP TABLE %s; a FOR ALL TABLES or FOR TABLES IN SCHEMA publication cannot be used unless every table it streams is an outbox table). Then restart; "+
-		"if the transaction can never be attributed, skip it with `outboxd offsets set -c FILE --position <an LSN after %s>` after re-publishing what it holds",
+		"if the transaction can never be attributed, skip it with `outboxd offsets set -c FILE --position <this transaction's end LSN, past %s>` after re-publishing what it holds",
 		rel.table, rel.oid, d.where(), why, rel.table, d.commitLSN)
 }
 
