@@ -251,6 +251,7 @@ type eosRunner struct {
 	src        source.Source
 	committed  offsets.Position
 	work       context.Context // ends ShutdownTimeout after the run context
+	budget     *stopBudget     // the stop's one deadline (work ends at it)
 	backoff    *backoff
 	lastCommit time.Time
 }
@@ -262,12 +263,14 @@ func RunExactlyOnce(ctx context.Context, o EOSOptions) error {
 	o.defaults()
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
+	budget := newStopBudget(ctx, o.ShutdownTimeout)
+	defer budget.release()
 	stopAfter := context.AfterFunc(ctx, func() {
-		t := time.AfterFunc(o.ShutdownTimeout, cancelWork)
+		t := time.AfterFunc(time.Until(budget.start()), cancelWork)
 		context.AfterFunc(work, func() { t.Stop() })
 	})
 	defer stopAfter()
-	r := &eosRunner{o: o, log: o.Log, work: work, backoff: newBackoff(o.RetryMin, o.RetryMax)}
+	r := &eosRunner{o: o, log: o.Log, work: work, budget: budget, backoff: newBackoff(o.RetryMin, o.RetryMax)}
 	defer func() {
 		if r.prod != nil {
 			r.closeProducer()
@@ -734,7 +737,7 @@ func (r *eosRunner) closeProducer() {
 	go func() { p.Close(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(r.o.ShutdownTimeout):
+	case <-r.budget.wait(): // after a stop: what is left of shutdown_timeout
 		r.log.Warn("closing the transactional producer timed out")
 	}
 }

@@ -120,6 +120,8 @@ type runner struct {
 	mu       sync.Mutex
 	outcomes []*inflight
 	wake     chan struct{}
+
+	budget *stopBudget // shutdown_timeout: one deadline for the whole stop
 }
 
 func (o *Options) defaults() {
@@ -160,11 +162,13 @@ func (o *Options) defaults() {
 func Run(ctx context.Context, o Options) error {
 	o.defaults()
 	r := &runner{o: o, log: o.Log, tracker: offsets.NewTracker(o.MaxInflight, o.MaxTxs), wake: make(chan struct{}, 1),
-		saved: make(chan saveResult, 1)}
+		saved: make(chan saveResult, 1), budget: newStopBudget(ctx, o.ShutdownTimeout)}
+	defer r.budget.release()
 	defer func() {
-		// After a fatal error records may still be in flight: bound the wait.
+		// After a fatal error records may still be in flight: bound the wait. After a stop, the
+		// wait ends at the stop's deadline (what the drain left of shutdown_timeout).
 		if sd, ok := o.Producer.(interface{ Shutdown(context.Context) error }); ok {
-			sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
+			sctx, cancel := r.budget.context()
 			defer cancel()
 			if err := sd.Shutdown(sctx); err != nil {
 				r.log.Warn("producer shutdown", "err", err)
@@ -240,7 +244,7 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 				stopReading()
 				reading = false
 				pending = nil
-				drainDeadline = time.After(r.o.ShutdownTimeout)
+				drainDeadline = r.budget.stopTimer()
 				r.log.Info("stopping: no more reads, waiting for in-flight records", "inflight", r.tracker.Records())
 			}
 		case <-drainDeadline:
