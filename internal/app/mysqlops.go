@@ -45,11 +45,32 @@ func checkMySQL(ctx context.Context, c *config.Config) []CheckResult {
 	add("log_bin", st.LogBin, "ON", "start the server with log-bin (and a server_id) and restart it")
 	add("binlog_format", st.BinlogFormat, "ROW", "SET GLOBAL binlog_format = ROW (and in my.cnf); reconnect writers")
 	add("binlog_row_image", st.BinlogRowImage, "FULL", "SET GLOBAL binlog_row_image = FULL (and in my.cnf)")
-	if st.ColumnNames == "binlog" {
+	switch {
+	case st.ColumnNames == "binlog":
 		out = append(out, CheckResult{Name: "column names", OK: true, Reason: "from the binlog (binlog_row_metadata=FULL)"})
-	} else {
+	case c.Source.MySQL.AllowMinimalRowMetadata:
 		out = append(out, CheckResult{Name: "column names", OK: true,
-			Reason: "from information_schema, tracked across DDL (binlog_row_metadata=" + st.BinlogRowMetadata + "; FULL is more robust)"})
+			Reason: "from information_schema, tracked across DDL (binlog_row_metadata=" + st.BinlogRowMetadata +
+				", allowed by source.mysql.allow_minimal_row_metadata: an ALTER while outboxd is stopped mis-decodes older rows)"})
+	}
+	lctn := "case-sensitively: source.tables must match the spelling exactly"
+	if st.LowerCaseTableNames != 0 {
+		lctn = "case-insensitively"
+	}
+	out = append(out, CheckResult{Name: "lower_case_table_names", OK: true, Reason: fmt.Sprintf("%d, table names compared %s", st.LowerCaseTableNames, lctn)})
+	filters := "none"
+	if len(st.BinlogDoDB)+len(st.BinlogIgnoreDB) > 0 {
+		filters = fmt.Sprintf("binlog-do-db=%s binlog-ignore-db=%s", strings.Join(st.BinlogDoDB, ","), strings.Join(st.BinlogIgnoreDB, ","))
+	}
+	filtersOK := true
+	for _, p := range st.Problems {
+		filtersOK = filtersOK && p.Check != "binlog filters"
+	}
+	if filtersOK {
+		out = append(out, CheckResult{Name: "binlog filters", OK: true, Reason: filters + " (every outbox database is logged)"})
+	}
+	for _, p := range st.Problems {
+		out = append(out, CheckResult{Name: p.Check, Reason: p.Reason, Fix: p.Fix})
 	}
 	if st.ReplicationGrant {
 		out = append(out, CheckResult{Name: "replication privileges", OK: true})

@@ -3,23 +3,13 @@ package mysql
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 	"unsafe"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"golang.org/x/text/encoding/charmap"
 
 	"github.com/outboxd/outboxd/source"
-)
-
-// charsetKind is how a column's bytes become the published text.
-type charsetKind uint8
-
-const (
-	csUTF8   charsetKind = iota // utf8mb4, utf8mb3, ascii: the bytes are UTF-8 already
-	csBinary                    // binary/varbinary/blob: raw bytes
-	csLatin1                    // MySQL latin1 (cp1252): converted to UTF-8
-	csOther                     // another charset: passed through unconverted
 )
 
 // column is what the value decoder knows about one column of a captured table.
@@ -29,7 +19,8 @@ type column struct {
 	length   int  // MYSQL_TYPE_STRING (CHAR/BINARY): declared length in bytes
 	unsigned bool
 	charset  charsetKind
-	enum     []string // ENUM member names, when known
+	cmap     *charmap.Charmap // csSingle: the charset's table
+	enum     []string         // ENUM member names, when known
 	set      []string // SET member names, when known
 }
 
@@ -47,37 +38,6 @@ func realType(tp byte, meta uint16) (byte, int) {
 		return b0 | 0x30, int(uint16(b1) | uint16((b0&0x30)^0x30)<<4)
 	}
 	return b0, int(b1)
-}
-
-// charsetOfCollation maps a collation id (binlog metadata) to how its bytes are published.
-// Unknown ids are assumed to be UTF-8 (every utf8mb3/utf8mb4 collation, including MariaDB's
-// uca1400 family, and MySQL's 0900 family).
-func charsetOfCollation(id uint64) charsetKind {
-	switch id {
-	case 63:
-		return csBinary
-	case 5, 8, 15, 31, 47, 48, 49, 94, 1032, 1071: // latin1_* (1032/1071: MariaDB nopad)
-		return csLatin1
-	case 1, 3, 4, 6, 7, 9, 10, 12, 13, 14, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27,
-		28, 29, 30, 32, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 50, 51, 52, 53, 54, 55, 56,
-		57, 58, 59, 60, 61, 62, 64, 67, 68, 69, 70, 71, 72, 73, 74, 75, 77, 78, 79, 80, 81, 82,
-		84, 85, 86, 87, 88, 89, 90, 91, 92, 93, 95, 96, 97, 98, 99:
-		return csOther // big5, dec8, cp850, hp8, koi8r, latin2, swe7, ujis, sjis, ... utf16, utf32, ucs2, gbk, cp1251, ...
-	}
-	return csUTF8
-}
-
-// charsetOfName maps an information_schema CHARACTER_SET_NAME to how its bytes are published.
-func charsetOfName(name string) charsetKind {
-	switch strings.ToLower(name) {
-	case "", "utf8", "utf8mb3", "utf8mb4", "ascii":
-		return csUTF8
-	case "binary":
-		return csBinary
-	case "latin1":
-		return csLatin1
-	}
-	return csOther
 }
 
 // decodeRow renders one row image, as go-mysql decoded it, into dst (len(dst) == len(row)).
@@ -99,7 +59,8 @@ func decodeRow(cols []column, row []any, dst []source.Value) error {
 // decodeValue renders one column value into the bytes the transform publishes:
 //
 //   - NULL: Null=true.
-//   - CHAR/VARCHAR/TEXT/ENUM/SET: the text in UTF-8 (latin1 is converted; utf8/ascii as is).
+//   - CHAR/VARCHAR/TEXT/ENUM/SET: the text in UTF-8 (latin1, utf16, ucs2, utf32 and the
+//     single-byte charsets of charset.go are converted; utf8/ascii as is).
 //   - BINARY(16): MariaDB and MySQL strip trailing zero bytes in the binlog; the value is padded
 //     back to 16 bytes and rendered as a canonical lower-case uuid (8-4-4-4-12). Other BINARY(n)
 //     are padded to n and kept raw; VARBINARY/BLOB/GEOMETRY are raw bytes.
@@ -118,12 +79,12 @@ func decodeValue(c *column, v any) (source.Value, error) {
 	case nil:
 		return source.Value{Null: true}, nil
 	case string:
-		return decodeString(c, x), nil
+		return decodeString(c, x)
 	case []byte:
 		if c.typ == gomysql.MYSQL_TYPE_JSON && len(x) == 0 {
 			return source.Value{Bytes: []byte("null")}, nil
 		}
-		return text(c, x), nil
+		return text(c, x)
 	case int8:
 		if c.unsigned {
 			return uintValue(uint64(uint8(x))), nil
@@ -175,24 +136,24 @@ func decodeValue(c *column, v any) (source.Value, error) {
 	return source.Value{}, fmt.Errorf("unsupported value of Go type %T (binlog type %d)", v, c.typ)
 }
 
-func decodeString(c *column, s string) source.Value {
+func decodeString(c *column, s string) (source.Value, error) {
 	switch c.typ {
 	case gomysql.MYSQL_TYPE_STRING:
 		if c.charset == csBinary {
 			if c.length == 16 && len(s) <= 16 {
-				return source.Value{Bytes: uuidText(s)}
+				return source.Value{Bytes: uuidText(s)}, nil
 			}
-			return source.Value{Bytes: padZero(s, c.length)}
+			return source.Value{Bytes: padZero(s, c.length)}, nil
 		}
 		return text(c, stringBytes(s))
 	case gomysql.MYSQL_TYPE_VARCHAR, gomysql.MYSQL_TYPE_VAR_STRING:
 		return text(c, stringBytes(s))
 	}
 	if c.typ == gomysql.MYSQL_TYPE_JSON {
-		return source.Value{Bytes: mysqlJSONSpacing(s)}
+		return source.Value{Bytes: mysqlJSONSpacing(s)}, nil
 	}
 	// DECIMAL, DATE, TIME, DATETIME, TIMESTAMP: already the published text.
-	return source.Value{Bytes: stringBytes(s)}
+	return source.Value{Bytes: stringBytes(s)}, nil
 }
 
 // mysqlJSONSpacing turns go-mysql's compact rendering of MySQL binary JSON ({"a":1,"b":[1,2]})
@@ -257,11 +218,19 @@ func uuidText(b string) []byte {
 	return out
 }
 
-func text(c *column, b []byte) source.Value {
-	if c.charset == csLatin1 {
-		return source.Value{Bytes: latin1ToUTF8(b)}
+// text converts a text column's bytes to UTF-8 from the column's charset (see charset.go).
+func text(c *column, b []byte) (source.Value, error) {
+	switch c.charset {
+	case csUTF8, csBinary:
+		return source.Value{Bytes: b}, nil
+	case csUnsupported:
+		return source.Value{}, fmt.Errorf("text in a character set outboxd cannot convert to UTF-8")
 	}
-	return source.Value{Bytes: b}
+	out, err := toUTF8(c.charset, c.cmap, b)
+	if err != nil {
+		return source.Value{}, err
+	}
+	return source.Value{Bytes: out}, nil
 }
 
 // cp1252High maps bytes 0x80..0x9F of MySQL's latin1 (which is cp1252, with the five
@@ -275,14 +244,7 @@ var cp1252High = [32]rune{
 }
 
 func latin1ToUTF8(b []byte) []byte {
-	ascii := true
-	for _, c := range b {
-		if c >= 0x80 {
-			ascii = false
-			break
-		}
-	}
-	if ascii {
+	if isASCII(b) {
 		return b
 	}
 	out := make([]byte, 0, len(b)+len(b)/2)

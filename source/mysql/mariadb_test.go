@@ -76,7 +76,7 @@ func harness(t *testing.T, m *testenv.MariaDB, table, idType string, useGTID *bo
 		mustExec(t, c, insert, ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, ev.Payload)
 	}
 	serverID := serverIDs.Add(1)
-	cfg := Config{DSN: m.DSN("app"), Tables: []string{"app." + table}, ServerID: serverID, UseGTID: useGTID,
+	cfg := Config{Start: "current", DSN: m.DSN("app"), Tables: []string{"app." + table}, ServerID: serverID, UseGTID: useGTID, AllowMinimalRowMetadata: true,
 		HeartbeatPeriod: time.Second}
 	return sourcetest.Harness{
 		Table:     "app." + table,
@@ -143,7 +143,7 @@ func TestConformance(t *testing.T) {
 // open opens a source on m for the given tables.
 func open(t *testing.T, m *testenv.MariaDB, from offsets.Position, useGTID *bool, tables ...string) *Source {
 	t.Helper()
-	s := New(Config{DSN: m.DSN("app"), Tables: tables, ServerID: serverIDs.Add(1), UseGTID: useGTID,
+	s := New(Config{Start: "current", DSN: m.DSN("app"), Tables: tables, ServerID: serverIDs.Add(1), UseGTID: useGTID, AllowMinimalRowMetadata: true,
 		HeartbeatPeriod: time.Second, ReconnectTimeout: 30 * time.Second}, testLogger())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -57,7 +57,7 @@ func TestAlterBetweenRows(t *testing.T) {
 
 			// Restart from the first row's position: the schema in information_schema is the
 			// newest one, which does not describe e2's row.
-			s2 := New(Config{DSN: m.DSN("app"), Tables: []string{"app.outbox"}, ServerID: serverIDs.Add(1)}, testLogger())
+			s2 := New(Config{DSN: m.DSN("app"), Tables: []string{"app.outbox"}, ServerID: serverIDs.Add(1), AllowMinimalRowMetadata: true}, testLogger())
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			if err := s2.Open(ctx, tx1.Position); err != nil {
@@ -313,7 +313,7 @@ func TestSilentConnection(t *testing.T) {
 	c := db(t, m)
 	mustExec(t, c, testenv.MariaDBOutboxDDL("outbox", "CHAR(36)"))
 	proxy := newBlackhole(t, fmt.Sprintf("127.0.0.1:%d", m.Port))
-	s := New(Config{DSN: "mysql://root@" + proxy.ln.Addr().String() + "/app", Tables: []string{"app.outbox"},
+	s := New(Config{Start: "current", DSN: "mysql://root@" + proxy.ln.Addr().String() + "/app", Tables: []string{"app.outbox"},
 		ServerID: serverIDs.Add(1), HeartbeatPeriod: 200 * time.Millisecond}, testLogger())
 	if err := s.Open(context.Background(), ""); err != nil {
 		t.Fatal(err)

@@ -141,7 +141,11 @@ func (d *tableDesc) matches(tm *replication.TableMapEvent, version int) bool {
 // column names (binlog_row_metadata is not FULL), from the tracked schema sch, which must then
 // agree with the event on column count and types. Signedness, charsets and ENUM/SET members
 // come from the event's metadata when present, else from sch.
-func buildDesc(name string, tm *replication.TableMapEvent, sch *tableSchema, version int, mariadb bool) (*tableDesc, error) {
+//
+// Text columns are converted to UTF-8 from their charset (collation ids resolved with colls,
+// the server's collation table, when given); a charset outboxd cannot convert is an error that
+// names the column and the fix.
+func buildDesc(name string, tm *replication.TableMapEvent, sch *tableSchema, version int, mariadb bool, colls map[uint64]string) (*tableDesc, error) {
 	n := int(tm.ColumnCount)
 	d := &tableDesc{name: name, types: bytes.Clone(tm.ColumnType), meta: slices.Clone(tm.ColumnMeta),
 		signed: bytes.Clone(tm.SignednessBitmap), defCs: slices.Clone(tm.DefaultCharset),
@@ -161,12 +165,12 @@ func buildDesc(name string, tm *replication.TableMapEvent, sch *tableSchema, ver
 		d.names = sch.names()
 	}
 	unsigned := tm.UnsignedMap()
-	colls := tm.CollationMap()
+	collIDs := tm.CollationMap()
 	if es := tm.EnumSetCollationMap(); len(es) > 0 {
-		if colls == nil {
-			colls = map[int]uint64{}
+		if collIDs == nil {
+			collIDs = map[int]uint64{}
 		}
-		maps.Copy(colls, es)
+		maps.Copy(collIDs, es)
 	}
 	enums, sets := tm.EnumStrValueMap(), tm.SetStrValueMap()
 	for i := range d.cols {
@@ -182,14 +186,29 @@ func buildDesc(name string, tm *replication.TableMapEvent, sch *tableSchema, ver
 		} else if sc != nil {
 			c.unsigned = sc.Unsigned
 		}
-		if id, ok := colls[i]; ok {
-			c.charset = charsetOfCollation(id)
+		csName := ""
+		if id, ok := collIDs[i]; ok {
+			c.charset, c.cmap, csName = charsetOfCollation(id, colls)
 		} else if sc != nil {
-			c.charset = charsetOfName(sc.Charset)
+			csName = sc.Charset
+			c.charset, c.cmap = charsetByName(sc.Charset)
 		} else if isBinaryByDefault(c.typ) {
 			c.charset = csBinary
 		}
+		if c.charset == csUnsupported {
+			return nil, unsupportedCharsetError(name, c.name, csName)
+		}
 		c.enum, c.set = enums[i], sets[i]
+		if c.charset != csUTF8 && c.charset != csBinary {
+			// Member names in the table map are in the column's charset.
+			for _, vals := range [][]string{c.enum, c.set} {
+				for j, v := range vals {
+					if b, err := toUTF8(c.charset, c.cmap, []byte(v)); err == nil {
+						vals[j] = string(b)
+					}
+				}
+			}
+		}
 		if sc != nil && c.enum == nil && c.typ == gomysql.MYSQL_TYPE_ENUM {
 			c.enum = sc.Values
 		}

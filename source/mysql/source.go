@@ -60,6 +60,7 @@ type Source struct {
 	cfgErr   error
 
 	info    serverInfo
+	pre     preflight // what Open's server checks found (preflight.go)
 	asm     *assembler
 	mu      sync.Mutex // guards closed, syncer, feed and stop (Close may run concurrently with Next)
 	closed  bool
@@ -120,6 +121,9 @@ func (s *Source) Open(ctx context.Context, from offsets.Position) error {
 	if err := s.info.checkPrerequisites(); err != nil {
 		return err
 	}
+	if err := s.preflight(c); err != nil {
+		return err
+	}
 	kind, err := s.positionKind(start)
 	if err != nil {
 		return err
@@ -149,6 +153,7 @@ func (s *Source) Open(ctx context.Context, from offsets.Position) error {
 		}
 	}
 	s.asm = newAssembler(start, s.captured, tracker, s.info.mariadb, s.cfg.IdleProgressInterval, s.log)
+	s.configure(s.asm, tracker)
 	s.log.Info("mysql source opening", "server", s.dsn.Redacted(), "version", s.info.version,
 		"flavor", s.info.flavor(), "positions", kind.String(), "from", start.String(), "column_names", names,
 		"server_id", s.cfg.ServerID)
@@ -221,7 +226,7 @@ func (s *Source) decodeRows(e *replication.RowsEvent, data []byte) error {
 	if e.Type() != replication.EnumRowsEventTypeInsert {
 		return nil
 	}
-	if !s.byDB[string(e.Table.Schema)][string(e.Table.Table)] {
+	if !s.capturedTable(e.Table.Schema, e.Table.Table) {
 		return nil
 	}
 	return e.DecodeData(pos, data)

@@ -36,6 +36,15 @@ type ServerStatus struct {
 	// the wanted columns (see Inspect) it lacks.
 	MissingTables  []string
 	MissingColumns map[string][]string
+
+	// LowerCaseTableNames is @@lower_case_table_names: 0 compares table names case-sensitively
+	// (source.tables must match the spelling exactly), 1 and 2 case-insensitively.
+	LowerCaseTableNames int
+	// BinlogDoDB and BinlogIgnoreDB are the binlog filters of the binary log status.
+	BinlogDoDB, BinlogIgnoreDB []string
+	// Problems are the reasons Open refuses this server beyond Prerequisites (see preflight.go):
+	// binlog_row_metadata, table name case, binlog filters, unsupported charsets.
+	Problems []Problem
 }
 
 // Inspect connects with cfg and reports the server's binlog settings, current position,
@@ -77,6 +86,12 @@ func Inspect(ctx context.Context, cfg Config, columns ...string) (ServerStatus, 
 			}
 		}
 	}
+	pre, err := readPreflight(c, s.captured)
+	if err != nil {
+		return st, err
+	}
+	st.LowerCaseTableNames, st.BinlogDoDB, st.BinlogIgnoreDB = pre.LowerCaseNames, pre.DoDB, pre.IgnoreDB
+	st.Problems = pre.problems(info, s.cfg, s.captured)
 	for k, name := range s.captured {
 		rows, err := query(c, loadSchemaQuery, k.DB, k.Table)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
@@ -40,6 +41,11 @@ type assembler struct {
 	now       func() time.Time
 	log       *slog.Logger
 
+	// Set by Open from the server (see preflight.go).
+	fold       bool              // lower_case_table_names != 0: captured keys are lower case, names compare folded
+	collations map[uint64]string // the server's collation id -> charset name; nil: static table
+	lowNames   []string          // lower-case captured table names, to pre-filter statements cheaply
+
 	// State after the last transaction end seen (handed out or not).
 	file      string // current binlog file
 	pos       uint32 // file mode: offset just after the last transaction
@@ -59,6 +65,8 @@ type assembler struct {
 	hasMySQL   bool
 	commitTime time.Time
 	rows       []source.Row
+	stopErr    error // this transaction must stop outboxd: returned at its end (see failTx)
+	warnedStmt bool  // a statement-format DML on another table was logged once
 
 	descs  map[string]*tableDesc // by configured table name
 	ready  []source.Tx           // finished transactions: ready[head:]
@@ -92,6 +100,7 @@ func newAssembler(start position, captured map[tableKey]string, tracker *schemaT
 			a.captured[k.DB] = map[string]string{}
 		}
 		a.captured[k.DB][k.Table] = name
+		a.lowNames = append(a.lowNames, strings.ToLower(k.Table))
 	}
 	if a.kind == kindMySQLGTID && a.mysql == nil {
 		s, _ := gomysql.ParseMysqlGTIDSet("")
@@ -116,6 +125,7 @@ func (a *assembler) resume() position {
 // read again from its start after reconnecting).
 func (a *assembler) dropPartial() {
 	a.inTx, a.hasMaria, a.hasMySQL, a.rows, a.commitTime = false, false, false, nil, time.Time{}
+	a.stopErr = nil
 }
 
 // pop returns the next finished transaction, if any.
@@ -131,7 +141,13 @@ func (a *assembler) pop() (source.Tx, bool) {
 	return tx, true
 }
 
+// name returns the configured name of a captured table, comparing names the way the server
+// does (case-insensitively with lower_case_table_names 1 or 2).
 func (a *assembler) name(db, table []byte) (string, bool) {
+	if a.fold {
+		n, ok := a.captured[strings.ToLower(string(db))][strings.ToLower(string(table))]
+		return n, ok
+	}
 	n, ok := a.captured[string(db)][string(table)]
 	return n, ok
 }
@@ -154,10 +170,12 @@ func (a *assembler) handle(ev *replication.BinlogEvent) error {
 			}
 		}
 	case *replication.MariadbGTIDEvent:
-		a.mariaGTID, a.hasMaria = e.GTID, true
 		if !e.IsStandalone() {
-			a.begin(h)
+			if err := a.begin(h); err != nil {
+				return err
+			}
 		}
+		a.mariaGTID, a.hasMaria = e.GTID, true
 	case *replication.GTIDEvent:
 		a.mysqlGTID(e)
 	case *replication.GtidTaggedLogEvent:
@@ -170,6 +188,12 @@ func (a *assembler) handle(ev *replication.BinlogEvent) error {
 		return a.rowsEvent(h, e)
 	case *replication.XIDEvent:
 		return a.commit(h)
+	case *replication.GenericEvent:
+		if h.EventType == replication.XA_PREPARE_LOG_EVENT {
+			return a.xaPrepare(h)
+		}
+	case *replication.ExecuteLoadQueryEvent:
+		return a.loadQuery(h, ev.RawData)
 	case *replication.TransactionPayloadEvent:
 		for _, inner := range e.Events {
 			if err := a.handle(inner); err != nil {
@@ -191,25 +215,34 @@ func (a *assembler) mysqlGTID(e *replication.GTIDEvent) {
 	a.commitTime = e.ImmediateCommitTime()
 }
 
-func (a *assembler) begin(h *replication.EventHeader) {
+// begin starts a transaction. A transaction still open here had no end event: with outbox rows
+// (or a pending stop) that is a loud error, never a silent drop.
+func (a *assembler) begin(h *replication.EventHeader) error {
+	if a.stopErr != nil {
+		return fmt.Errorf("binlog %s:%d: %w", a.file, h.LogPos, a.stopErr)
+	}
 	if len(a.rows) > 0 {
-		a.log.Warn("binlog transaction without an end; its rows are dropped", "file", a.file, "log_pos", h.LogPos)
+		return fmt.Errorf("binlog %s:%d: a transaction with %d outbox row(s) has no end event (no XID, COMMIT or XA PREPARE) before the next one begins; "+
+			"outboxd stops instead of dropping them: report this binlog sequence (mysqlbinlog --start-position around %d)", a.file, h.LogPos, len(a.rows), h.LogPos)
 	}
 	a.inTx, a.rows = true, nil
+	return nil
 }
 
 var (
 	qBegin    = []byte("BEGIN")
 	qCommit   = []byte("COMMIT")
 	qRollback = []byte("ROLLBACK")
+	qXA       = []byte("XA ")
 )
 
 func (a *assembler) query(h *replication.EventHeader, e *replication.QueryEvent) error {
 	q := bytes.TrimRight(bytes.TrimSpace(e.Query), ";")
 	switch {
 	case bytes.EqualFold(q, qBegin):
-		a.begin(h)
-		return nil
+		return a.begin(h)
+	case len(q) > 3 && bytes.EqualFold(q[:3], qXA):
+		return a.xaQuery(h, q)
 	case bytes.EqualFold(q, qCommit):
 		return a.commit(h)
 	case bytes.EqualFold(q, qRollback):
@@ -219,7 +252,13 @@ func (a *assembler) query(h *replication.EventHeader, e *replication.QueryEvent)
 		}
 		a.rows = nil
 		return a.commit(h)
-	case a.inTx:
+	}
+	// A data change logged as a statement (binlog_format STATEMENT or MIXED in some session)
+	// that names an outbox table: its rows are not in the binlog as row events.
+	if err := a.checkStatement(h, e.Schema, q); err != nil {
+		return err
+	}
+	if a.inTx {
 		return nil // SAVEPOINT and the like
 	}
 	// A statement of its own (DDL): apply it to the tracked schemas, then it ends like a
@@ -234,15 +273,24 @@ func (a *assembler) query(h *replication.EventHeader, e *replication.QueryEvent)
 }
 
 func (a *assembler) rowsEvent(h *replication.EventHeader, e *replication.RowsEvent) error {
-	if len(e.Rows) == 0 || e.Type() != replication.EnumRowsEventTypeInsert {
+	if e.Type() != replication.EnumRowsEventTypeInsert || e.Table == nil {
 		return nil
 	}
 	name, ok := a.name(e.Table.Schema, e.Table.Table)
 	if !ok {
-		return nil
+		return nil // another table: the binlog carries every table's changes
 	}
 	if !a.inTx {
-		a.begin(h)
+		if err := a.begin(h); err != nil {
+			return err
+		}
+	}
+	if err := checkImage(name, e); err != nil {
+		a.failTx(err)
+		return nil
+	}
+	if len(e.Rows) == 0 {
+		return fmt.Errorf("binlog %s:%d: an insert into %s arrived without decoded rows (table name matching disagrees between the decoder and the assembler): outboxd stops; report this", a.file, h.LogPos, name)
 	}
 	d, err := a.desc(name, e.Table)
 	if err != nil {
@@ -304,7 +352,7 @@ func (a *assembler) desc(name string, tm *replication.TableMapEvent) (*tableDesc
 		}
 		version = a.tracker.version
 	}
-	d, err := buildDesc(name, tm, sch, version, a.mariadb)
+	d, err := buildDesc(name, tm, sch, version, a.mariadb, a.collations)
 	if err != nil {
 		return nil, err
 	}
@@ -312,7 +360,8 @@ func (a *assembler) desc(name string, tm *replication.TableMapEvent) (*tableDesc
 	return d, nil
 }
 
-// commit ends the current transaction at the event h.
+// commit ends the current transaction at the event h. A transaction marked by failTx ends in
+// its error instead, naming the position just after it.
 func (a *assembler) commit(h *replication.EventHeader) error {
 	switch a.kind {
 	case kindFile:
@@ -335,6 +384,10 @@ func (a *assembler) commit(h *replication.EventHeader) error {
 	if len(a.rows) > 0 && (a.kind == kindMariaGTID && !a.hasMaria || a.kind == kindMySQLGTID && !a.hasMySQL) {
 		a.log.Warn("transaction without a GTID in GTID mode: its position is that of the previous transaction, so a restart may publish it again",
 			"file", a.file, "log_pos", h.LogPos)
+	}
+	if a.stopErr != nil {
+		return fmt.Errorf("binlog %s:%d: %w (outboxd stored no position past this transaction; the position just after it is %s)",
+			a.file, h.LogPos, a.stopErr, a.committed)
 	}
 	ct := a.commitTime
 	if ct.IsZero() {

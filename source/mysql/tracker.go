@@ -31,6 +31,7 @@ type schemaTracker struct {
 	mariadb  bool
 	log      *slog.Logger
 	lowNames []string // lower-case captured table names, to skip unrelated statements fast
+	fold     bool     // lower_case_table_names != 0: captured keys are lower case; statement names are folded
 }
 
 func newSchemaTracker(captured map[tableKey]string, load func(tableKey) (*tableSchema, error), mariadb bool, log *slog.Logger) *schemaTracker {
@@ -75,6 +76,9 @@ func (t *schemaTracker) onQuery(defaultDB, query, at string) error {
 		return nil
 	}
 	st := parseDDL(defaultDB, query, t.mariadb)
+	if t.fold {
+		st.foldNames()
+	}
 	switch st.kind {
 	case ddlNone:
 		return nil
@@ -310,4 +314,20 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
+}
+
+// foldNames lower-cases every table name of st (lower_case_table_names 1 or 2: the server
+// compares them case-insensitively).
+func (st *ddlStmt) foldNames() {
+	low := func(k tableKey) tableKey { return tableKey{strings.ToLower(k.DB), strings.ToLower(k.Table)} }
+	st.table, st.like = low(st.table), low(st.like)
+	for i := range st.tables {
+		st.tables[i] = low(st.tables[i])
+	}
+	for i := range st.renames {
+		st.renames[i] = [2]tableKey{low(st.renames[i][0]), low(st.renames[i][1])}
+	}
+	for i := range st.ops {
+		st.ops[i].table = low(st.ops[i].table)
+	}
 }
