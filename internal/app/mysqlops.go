@@ -14,7 +14,8 @@ import (
 
 func mysqlConfig(c *config.Config) mysql.Config {
 	return mysql.Config{DSN: c.Source.DSN, Tables: c.Source.Tables, ServerID: c.Source.MySQL.ServerID,
-		Start: c.Source.MySQL.Start, AllowMinimalRowMetadata: c.Source.MySQL.AllowMinimalRowMetadata}
+		Start: c.Source.MySQL.Start, AllowMinimalRowMetadata: c.Source.MySQL.AllowMinimalRowMetadata,
+		OffsetsStore: storeDescription(c)}
 }
 
 func outboxColumns(c *config.Config) []string {
@@ -114,6 +115,8 @@ func showMySQL(ctx context.Context, c *config.Config, stored offsets.Position, w
 		} else {
 			fmt.Fprintf(w, "stored position servable: yes\n")
 		}
+	} else if s := c.Source.MySQL.Start; s != "" {
+		fmt.Fprintf(w, "next run starts at:   source.mysql.start: %s\n", s)
 	}
 	return nil
 }

@@ -27,7 +27,7 @@ func OffsetsShow(ctx context.Context, c *config.Config, w io.Writer) error {
 		return err
 	}
 	if stored == "" {
-		fmt.Fprintf(w, "stored position:      (none: the next run starts where the source begins)\n")
+		fmt.Fprintf(w, "stored position:      (none in %s: %s)\n", storeDescription(c), noStoredPosition(c))
 	} else {
 		fmt.Fprintf(w, "stored position:      %s\n", stored)
 	}
@@ -37,6 +37,25 @@ func OffsetsShow(ctx context.Context, c *config.Config, w io.Writer) error {
 	default:
 		return showMySQL(ctx, c, stored, w)
 	}
+}
+
+// storeDescription names the offsets store of c for messages.
+func storeDescription(c *config.Config) string {
+	if c.Offsets.Store == "kafka" {
+		return fmt.Sprintf("offsets topic %s, key %s (offsets.topic)", c.Offsets.Topic, PipelineID(c))
+	}
+	return fmt.Sprintf("offsets file %s (offsets.path)", c.Offsets.Path)
+}
+
+// noStoredPosition says what the next run does without a stored position.
+func noStoredPosition(c *config.Config) string {
+	switch {
+	case c.Source.Type == "postgres":
+		return "the next run starts at the slot's confirmed position, or at the WAL end when it creates the slot"
+	case c.Source.MySQL.Start == "":
+		return "the next run refuses to start until source.mysql.start is set (current | earliest | a position), or a position is stored with `outboxd offsets set`"
+	}
+	return "the next run starts at source.mysql.start: " + c.Source.MySQL.Start
 }
 
 type pgSlot struct {

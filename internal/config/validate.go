@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/internal/pipeline"
+	"github.com/outboxd/outboxd/source/mysql"
 	"github.com/outboxd/outboxd/transform/outbox"
 )
 
@@ -108,6 +109,11 @@ func (c *Config) Validate() error {
 		}
 		if !validIdent(c.Source.Postgres.Slot) {
 			return &Error{Key: "source.postgres.slot", Msg: fmt.Sprintf("%q: slot names use lower-case letters, digits and _ only", c.Source.Postgres.Slot)}
+		}
+	case "mysql":
+		if err := mysql.ValidStart(c.Source.MySQL.Start); err != nil {
+			return &Error{Key: "source.mysql.start", Msg: strings.TrimPrefix(err.Error(), "source.mysql.start: ") +
+				" (use current, earliest, or a position such as 0-1-42 or mysql-bin.000003:1234)"}
 		}
 	}
 	oc := outbox.Config{IDColumn: c.Outbox.Columns.ID, AggregateTypeColumn: c.Outbox.Columns.AggregateType,

@@ -291,7 +291,7 @@ func RunExactlyOnce(ctx context.Context, o EOSOptions) error {
 		return fmt.Errorf("load the committed position: %w", err)
 	}
 	if r.committed == "" {
-		r.log.Info("no committed position: starting from the source's beginning", "transactional_id", o.TransactionalID)
+		r.log.Info("no committed position: the source picks the start (its own log line says where)", "transactional_id", o.TransactionalID)
 	} else {
 		r.log.Info("resuming from the committed position", "position", string(r.committed), "transactional_id", o.TransactionalID)
 	}

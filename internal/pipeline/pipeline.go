@@ -182,7 +182,7 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("load stored position: %w", err)
 	}
 	if r.stored == "" {
-		r.log.Info("no stored position: starting from the source's beginning")
+		r.log.Info("no stored position: the source picks the start (its own log line says where)")
 	} else {
 		r.log.Info("resuming from stored position", "position", string(r.stored))
 	}

@@ -31,6 +31,9 @@ type Config struct {
 	// explicit position. Empty with no stored position is refused: a lost offsets file must not
 	// skip rows silently.
 	Start string
+	// OffsetsStore describes where the pipeline stores positions ("offsets file
+	// /var/lib/outboxd/offsets.json (offsets.path)"), for the refusal without Start.
+	OffsetsStore string
 	// AllowMinimalRowMetadata (source.mysql.allow_minimal_row_metadata) accepts a server with
 	// binlog_row_metadata=MINIMAL; otherwise Open and check refuse it.
 	AllowMinimalRowMetadata bool

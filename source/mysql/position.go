@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -75,16 +76,70 @@ func (g mariaGTIDs) seq(domain uint32) (uint64, bool) {
 	return 0, false
 }
 
-// position is a parsed position text.
+// position is a parsed position text: the core (where to resume: file:pos or a GTID
+// position) and, in the current form, where it was read (see origin).
 type position struct {
 	kind  posKind
 	file  string
 	pos   uint32
 	maria mariaGTIDs
 	mysql *gomysql.MysqlGTIDSet
+	origin
 }
 
+// origin says which server and binlog a position was read from, so that Open can tell a
+// position of this server's binlog from one that only looks servable (RESET MASTER, a server
+// restored from a backup, another server: see checkStart). It is the text after the core:
+//
+//	0-1-42;binlog=mysql-bin.000003:1234;server_id=1                  MariaDB GTID
+//	3e11fa47-...:1-42;binlog=binlog.000003:1234;server_uuid=3e11fa47-... MySQL GTID set
+//	mysql-bin.000003:1234;server_id=1                                 binlog file:pos
+//
+// binlog is the file in which the position's last transaction ended and the offset just after
+// it (GTID forms only: file:pos says it already); the offset is left out when the server did
+// not report one. Positions of the older forms (the core alone) have an empty origin.
+type origin struct {
+	serverID   string // MariaDB @@server_id of the server read from
+	serverUUID string // MySQL @@server_uuid
+	binlog     string // GTID forms: the binlog file of the last transaction
+	binlogPos  uint32 // its end offset in that file (0: unknown)
+}
+
+func (o origin) isZero() bool { return o == origin{} }
+
+// suffix renders the origin as the text after a core ("" when empty).
+func (o origin) suffix(kind posKind) string {
+	var b strings.Builder
+	if o.binlog != "" && kind != kindFile {
+		b.WriteString(";binlog=")
+		b.WriteString(o.binlog)
+		if o.binlogPos != 0 {
+			b.WriteByte(':')
+			b.WriteString(strconv.FormatUint(uint64(o.binlogPos), 10))
+		}
+	}
+	switch {
+	case o.serverUUID != "":
+		b.WriteString(";server_uuid=")
+		b.WriteString(o.serverUUID)
+	case o.serverID != "":
+		b.WriteString(";server_id=")
+		b.WriteString(o.serverID)
+	}
+	return b.String()
+}
+
+// String renders the position with its origin.
 func (p position) String() string {
+	c := p.coreString()
+	if c == "" {
+		return ""
+	}
+	return c + p.origin.suffix(p.kind)
+}
+
+// coreString renders the core alone (the older form).
+func (p position) coreString() string {
 	switch p.kind {
 	case kindFile:
 		return p.file + ":" + strconv.FormatUint(uint64(p.pos), 10)
@@ -96,11 +151,85 @@ func (p position) String() string {
 	return ""
 }
 
-// parsePosition reads a position text in any of the three forms. The empty text is kindNone.
+// core returns the position without its origin.
+func (p position) core() position {
+	p.origin = origin{}
+	return p
+}
+
+// parsePosition reads a position text in any of the three forms, with or without its origin
+// (see origin). The empty text is kindNone.
 func parsePosition(s offsets.Position) (position, error) {
 	t := strings.TrimSpace(string(s))
 	if t == "" {
 		return position{kind: kindNone}, nil
+	}
+	core, rest, hasOrigin := strings.Cut(t, ";")
+	p, err := parseCore(strings.TrimSpace(core))
+	if err != nil || !hasOrigin {
+		return p, err
+	}
+	if p.origin, err = parseOrigin(rest, p.kind); err != nil {
+		return position{}, fmt.Errorf("position %q: %w", t, err)
+	}
+	return p, nil
+}
+
+// parseOrigin reads the ";key=value" fields after a core.
+func parseOrigin(rest string, kind posKind) (origin, error) {
+	var o origin
+	seen := map[string]bool{}
+	for _, f := range strings.Split(rest, ";") {
+		k, v, ok := strings.Cut(strings.TrimSpace(f), "=")
+		if !ok || v == "" {
+			return o, fmt.Errorf("%q is not key=value (keys: binlog, server_id, server_uuid)", f)
+		}
+		if seen[k] {
+			return o, fmt.Errorf("%s appears twice", k)
+		}
+		seen[k] = true
+		switch k {
+		case "binlog":
+			if kind == kindFile {
+				return o, errors.New("binlog= is only for GTID positions (a file:pos position names its file)")
+			}
+			file, pos, hasPos := strings.Cut(v, ":")
+			if file == "" || strings.ContainsAny(file, "/ ") {
+				return o, fmt.Errorf("binlog=%s: not a binlog file name", v)
+			}
+			o.binlog = file
+			if hasPos {
+				n, err := strconv.ParseUint(pos, 10, 32)
+				if err != nil || n == 0 {
+					return o, fmt.Errorf("binlog=%s: the offset is not a positive number", v)
+				}
+				o.binlogPos = uint32(n)
+			}
+		case "server_id":
+			if _, err := strconv.ParseUint(v, 10, 32); err != nil {
+				return o, fmt.Errorf("server_id=%s is not a number", v)
+			}
+			o.serverID = v
+		case "server_uuid":
+			u, err := uuid.Parse(v)
+			if err != nil {
+				return o, fmt.Errorf("server_uuid=%s is not a UUID", v)
+			}
+			o.serverUUID = u.String()
+		default:
+			return o, fmt.Errorf("unknown field %q (keys: binlog, server_id, server_uuid)", k)
+		}
+	}
+	if o.serverID != "" && o.serverUUID != "" {
+		return o, errors.New("both server_id and server_uuid: a position is read from one server")
+	}
+	return o, nil
+}
+
+// parseCore reads the core of a position text (trimmed, non-empty).
+func parseCore(t string) (position, error) {
+	if t == "" {
+		return position{}, errors.New("position has no binlog position or GTID before ';'")
 	}
 	if i := strings.IndexByte(t, ':'); i == 36 {
 		if _, err := uuid.Parse(t[:i]); err == nil {
@@ -160,7 +289,9 @@ func isMariaGTIDText(t string) bool {
 //   - MySQL GTID set: by inclusion (a ⊂ b means before); sets that are not nested are ordered by
 //     the number of transactions they contain.
 //
-// The empty position is before every other one. Positions of different forms, or texts that do
+// Only the cores are compared: the origin (server and binlog file, see origin) is ignored, so
+// a position of the older form compares with its current form as equal. The empty position is
+// before every other one. Positions of different forms, or texts that do
 // not parse, compare as plain strings: one source never hands out such a mix.
 func ComparePosition(a, b offsets.Position) int {
 	if a == b {

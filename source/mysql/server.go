@@ -25,6 +25,17 @@ type serverInfo struct {
 	rowImage    string
 	rowMetadata string // "" when the server has no binlog_row_metadata (MySQL < 8.0.1, MariaDB < 10.5)
 	gtidMode    string // MySQL only
+	serverID    string // @@server_id
+	serverUUID  string // @@server_uuid (MySQL only)
+}
+
+// origin returns the server part of a position read from this server: MySQL's server_uuid,
+// else (MariaDB has none) the server_id.
+func (i serverInfo) origin() origin {
+	if i.serverUUID != "" {
+		return origin{serverUUID: i.serverUUID}
+	}
+	return origin{serverID: i.serverID}
 }
 
 func (i serverInfo) flavor() string {
@@ -78,7 +89,7 @@ func readServerInfo(c *client.Conn) (serverInfo, error) {
 	info.version = rows[0][0]
 	info.mariadb = strings.Contains(strings.ToLower(info.version), "mariadb")
 	rows, err = query(c, "SHOW GLOBAL VARIABLES WHERE Variable_name IN "+
-		"('log_bin','binlog_format','binlog_row_image','binlog_row_metadata','gtid_mode')")
+		"('log_bin','binlog_format','binlog_row_image','binlog_row_metadata','gtid_mode','server_id','server_uuid')")
 	if err != nil {
 		return info, err
 	}
@@ -95,6 +106,10 @@ func readServerInfo(c *client.Conn) (serverInfo, error) {
 			info.rowMetadata = v
 		case "gtid_mode":
 			info.gtidMode = v
+		case "server_id":
+			info.serverID = r[1]
+		case "server_uuid":
+			info.serverUUID = strings.ToLower(r[1])
 		}
 	}
 	return info, nil
@@ -115,37 +130,125 @@ func (i serverInfo) checkPrerequisites() error {
 	return nil
 }
 
-// currentPosition returns the server's current binlog end in the given form.
+// currentPosition returns the server's current binlog end in the given form, with its origin
+// (server identity and binlog file:pos; see origin).
 func currentPosition(c *client.Conn, kind posKind) (position, error) {
-	switch kind {
-	case kindMariaGTID:
-		rows, err := query(c, "SELECT @@GLOBAL.gtid_binlog_pos")
-		if err != nil {
-			return position{}, err
-		}
-		p, err := parsePosition2(rows[0][0], kindMariaGTID)
-		return p, err
-	case kindMySQLGTID:
-		rows, err := query(c, "SELECT @@GLOBAL.gtid_executed")
-		if err != nil {
-			return position{}, err
-		}
-		return parsePosition2(rows[0][0], kindMySQLGTID)
+	info, err := readServerInfo(c)
+	if err != nil {
+		return position{}, err
 	}
+	for attempt := 0; ; attempt++ {
+		st, err := binlogStatus(c)
+		if err != nil {
+			return position{}, err
+		}
+		var p position
+		switch kind {
+		case kindMariaGTID:
+			// gtid_binlog_pos and the binlog end are two reads: they belong together only if
+			// the end did not move in between.
+			rows, err := query(c, "SELECT @@GLOBAL.gtid_binlog_pos")
+			if err != nil {
+				return position{}, err
+			}
+			if p, err = parsePosition2(rows[0][0], kindMariaGTID); err != nil {
+				return position{}, err
+			}
+			again, err := binlogStatus(c)
+			if err != nil {
+				return position{}, err
+			}
+			if again != st {
+				if attempt < 10 {
+					continue
+				}
+				p.origin = info.origin() // a busy server: the binlog part is left out
+				return p, nil
+			}
+		case kindMySQLGTID:
+			if p, err = parsePosition2(st.executed, kindMySQLGTID); err != nil {
+				return position{}, err
+			}
+		default:
+			p = position{kind: kindFile, file: st.file, pos: st.pos}
+		}
+		p.origin = info.origin()
+		if kind != kindFile {
+			p.binlog, p.binlogPos = st.file, st.pos
+		}
+		return p, nil
+	}
+}
+
+// binlogStat is one SHOW BINARY LOG STATUS (SHOW MASTER STATUS) answer.
+type binlogStat struct {
+	file     string
+	pos      uint32
+	executed string // MySQL's Executed_Gtid_Set (read in the same statement as file and pos)
+}
+
+func binlogStatus(c *client.Conn) (binlogStat, error) {
 	rows, err := query(c, "SHOW BINARY LOG STATUS") // MySQL 8.2+, MariaDB 10.5.2+
 	if err != nil {
 		if rows, err = query(c, "SHOW MASTER STATUS"); err != nil {
-			return position{}, fmt.Errorf("read the current binlog position: %w", err)
+			return binlogStat{}, fmt.Errorf("read the current binlog position: %w", err)
 		}
 	}
-	if len(rows) == 0 {
-		return position{}, errors.New("the server reports no binlog position (is log_bin on?)")
+	if len(rows) == 0 || len(rows[0]) < 2 {
+		return binlogStat{}, errors.New("the server reports no binlog position (is log_bin on?)")
 	}
 	n, err := strconv.ParseUint(rows[0][1], 10, 32)
 	if err != nil {
-		return position{}, fmt.Errorf("binlog status position %q: %v", rows[0][1], err)
+		return binlogStat{}, fmt.Errorf("binlog status position %q: %v", rows[0][1], err)
 	}
-	return position{kind: kindFile, file: rows[0][0], pos: uint32(n)}, nil
+	st := binlogStat{file: rows[0][0], pos: uint32(n)}
+	if len(rows[0]) > 4 {
+		st.executed = rows[0][4]
+	}
+	return st, nil
+}
+
+// earliestPosition returns the start of the oldest binlog the server still has, in the given
+// form: its first file at offset 4, or the GTID state at its start (MariaDB: the file's
+// Gtid_list; MySQL: gtid_purged, the transactions no longer in any binlog).
+func earliestPosition(c *client.Conn, kind posKind) (position, error) {
+	info, err := readServerInfo(c)
+	if err != nil {
+		return position{}, err
+	}
+	logs, err := binaryLogs(c)
+	if err != nil {
+		return position{}, err
+	}
+	if len(logs) == 0 {
+		return position{}, errors.New("the server lists no binary logs (SHOW BINARY LOGS is empty): is log_bin on?")
+	}
+	oldest := logs[0].name
+	var p position
+	switch kind {
+	case kindMariaGTID:
+		name, state, err := oldestMariaState(c)
+		if err != nil {
+			return position{}, fmt.Errorf("read the GTID state at the start of %s: %w", oldest, err)
+		}
+		oldest = name
+		p = position{kind: kindMariaGTID, maria: state}
+	case kindMySQLGTID:
+		rows, err := query(c, "SELECT @@GLOBAL.gtid_purged")
+		if err != nil {
+			return position{}, err
+		}
+		if p, err = parsePosition2(rows[0][0], kindMySQLGTID); err != nil {
+			return position{}, err
+		}
+	default:
+		p = position{kind: kindFile, file: oldest, pos: 4}
+	}
+	p.origin = info.origin()
+	if kind != kindFile {
+		p.binlog, p.binlogPos = oldest, 4
+	}
+	return p, nil
 }
 
 // parsePosition2 parses a server-reported GTID text (possibly empty) of a known form.

@@ -61,6 +61,7 @@ type Source struct {
 
 	info    serverInfo
 	pre     preflight // what Open's server checks found (preflight.go)
+	stamp   stamper   // adds the origin to positions handed out (startpos.go)
 	asm     *assembler
 	mu      sync.Mutex // guards closed, syncer, feed and stop (Close may run concurrently with Next)
 	closed  bool
@@ -110,6 +111,13 @@ func (s *Source) Open(ctx context.Context, from offsets.Position) error {
 	if err != nil {
 		return fmt.Errorf("stored position: %w", err)
 	}
+	want, err := parseStart(s.cfg.Start)
+	if err != nil {
+		return err
+	}
+	if start.kind == kindNone && want.mode == startUnset {
+		return s.noStartError()
+	}
 	c, err := connect(ctx, s.dsn)
 	if err != nil {
 		return err
@@ -124,17 +132,11 @@ func (s *Source) Open(ctx context.Context, from offsets.Position) error {
 	if err := s.preflight(c); err != nil {
 		return err
 	}
-	kind, err := s.positionKind(start)
+	start, fromCfg, err := s.startPosition(c, start, want)
 	if err != nil {
 		return err
 	}
-	if start.kind == kindNone {
-		if start, err = currentPosition(c, kind); err != nil {
-			return err
-		}
-	} else if err := checkServable(c, start); err != nil {
-		return err
-	}
+	kind := start.kind
 
 	// The tracker is also there in FULL mode, for events written before the server logged
 	// column names; it then reads information_schema only if such an event shows up.
@@ -152,12 +154,19 @@ func (s *Source) Open(ctx context.Context, from offsets.Position) error {
 			}
 		}
 	}
-	s.asm = newAssembler(start, s.captured, tracker, s.info.mariadb, s.cfg.IdleProgressInterval, s.log)
+	s.asm = newAssembler(start.core(), s.captured, tracker, s.info.mariadb, s.cfg.IdleProgressInterval, s.log)
 	s.configure(s.asm, tracker)
 	s.log.Info("mysql source opening", "server", s.dsn.Redacted(), "version", s.info.version,
 		"flavor", s.info.flavor(), "positions", kind.String(), "from", start.String(), "column_names", names,
-		"server_id", s.cfg.ServerID)
-	return s.startStream(ctx, start)
+		"server_id", s.cfg.ServerID, "start", s.startOrigin(fromCfg))
+	s.stamp.begin(s.info, start)
+	if fromCfg && start.coreString() != "" {
+		// Store the start position at once: a stop before the first transaction must not
+		// leave the next run without a stored position.
+		s.asm.idle()
+		s.stamp.apply(s.asm, 0)
+	}
+	return s.startStream(ctx, start.core())
 }
 
 func orNone(s string) string {
@@ -306,7 +315,7 @@ func (s *Source) startStream(ctx context.Context, start position) error {
 			s.closeSyncer()
 			return fmt.Errorf("start binlog stream at %s: %w", start, explainStreamError(cause(err), start))
 		}
-		if err := s.asm.handle(ev); err != nil {
+		if err := s.handle(ev); err != nil {
 			s.closeSyncer()
 			return err
 		}
@@ -380,7 +389,7 @@ func (s *Source) Next(ctx context.Context) (source.Tx, error) {
 			}
 			continue
 		}
-		if err := s.asm.handle(ev); err != nil {
+		if err := s.handle(ev); err != nil {
 			return source.Tx{}, err
 		}
 	}

@@ -137,5 +137,5 @@ func CheckPosition(ctx context.Context, cfg Config, p offsets.Position) error {
 	if start.kind == kindNone {
 		return nil
 	}
-	return checkServable(c, start)
+	return checkStart(c, s.info, start) // identity.go
 }
