@@ -1,6 +1,7 @@
 package offsets
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -35,7 +36,10 @@ type fileDoc struct {
 	Updated  time.Time `json:"updated"`
 }
 
-// Load reads the stored position ("" when the file does not exist).
+// Load reads the stored position. It is "" (none stored) when the file does not exist or
+// holds no position: empty, `{}`, `null` or a document without "position" (outboxd never
+// writes such a file; the source decides what "none" means, and MySQL refuses it without an
+// explicit source.mysql.start). Anything else that is not such a document is an error, never "".
 func (f *FileStore) Load(ctx context.Context) (Position, error) {
 	b, err := os.ReadFile(f.Path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -43,6 +47,9 @@ func (f *FileStore) Load(ctx context.Context) (Position, error) {
 	}
 	if err != nil {
 		return "", fmt.Errorf("read offsets file %s (offsets.path): %w", f.Path, err)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return "", nil
 	}
 	var d fileDoc
 	if err := json.Unmarshal(b, &d); err != nil {

@@ -48,3 +48,26 @@ func TestFileStoreUnwritable(t *testing.T) {
 		t.Fatalf("save under a file: %v", err)
 	}
 }
+
+// TestFileStoreNoPosition: a file that holds no position loads as "" (the source then decides:
+// MySQL refuses without source.mysql.start); a damaged one is an error, never "".
+func TestFileStoreNoPosition(t *testing.T) {
+	ctx := context.Background()
+	f := &FileStore{Path: filepath.Join(t.TempDir(), "offsets.json"), Source: "mysql:4343"}
+	for _, doc := range []string{"", "  \n", "{}", "null", "null\n", `{"source": "mysql:4343"}`, `{"position": ""}`, `{"position": null}`} {
+		os.WriteFile(f.Path, []byte(doc), 0o644)
+		if p, err := f.Load(ctx); err != nil || p != "" {
+			t.Errorf("Load of %q = %q, %v; want no position", doc, p, err)
+		}
+	}
+	for _, doc := range []string{`{"position": "0-1-`, "[]", `"0-1-5"`, "42", `{"position": 5}`, "\x00\x00\x00"} {
+		os.WriteFile(f.Path, []byte(doc), 0o644)
+		if p, err := f.Load(ctx); err == nil || !strings.Contains(err.Error(), "corrupt") {
+			t.Errorf("Load of %q = %q, %v; want a corrupt-file error", doc, p, err)
+		}
+	}
+	os.WriteFile(f.Path, []byte(`{"position": "0-1-5", "source": "mysql:4343"}`), 0o644)
+	if p, err := f.Load(ctx); err != nil || p != "0-1-5" {
+		t.Errorf("Load = %q, %v", p, err)
+	}
+}
