@@ -62,6 +62,8 @@ type extras struct {
 
 	slot atomic.Pointer[SlotStatus] // last slot watch result
 
+	cov covState // publication coverage watch (coveragewatch.go)
+
 	// noKeepaliveProgress disables keepalive-based idle progress (tests: shows that heartbeats
 	// alone keep the slot moving).
 	noKeepaliveProgress bool
@@ -81,7 +83,7 @@ func (s *Source) Heartbeats() (sent, seen uint64) {
 	return s.ext.heartbeatsSent.Load(), s.ext.heartbeatsSeen.Load()
 }
 
-// startBackground starts the heartbeat and slot watch goroutines of an opened source; they end
+// startBackground starts the heartbeat, coverage watch and slot watch goroutines of an opened source; they end
 // with ctx (Close).
 func (s *Source) startBackground(ctx context.Context) {
 	s.ext.lastChange.Store(time.Now().UnixNano())
@@ -92,6 +94,11 @@ func (s *Source) startBackground(ctx context.Context) {
 			s.heartbeatLoop(ctx)
 		}()
 	}
+	s.ext.wg.Add(1)
+	go func() {
+		defer s.ext.wg.Done()
+		s.watchCoverage(ctx)
+	}()
 	if s.cfg.SlotCheckInterval > 0 {
 		s.ext.wg.Add(1)
 		go func() {

@@ -50,6 +50,13 @@ type Config struct {
 	// SlotCheckInterval is how often the slot's wal_status and retained WAL are checked while
 	// streaming (see slotwatch.go); default 10s, negative disables.
 	SlotCheckInterval time.Duration
+	// Columns are the outbox columns outboxd reads (id, aggregate id, payload, aggregate type
+	// when routed by it, header columns): a publication column list must not drop them and they
+	// must not be STORED generated columns (coverage.go).
+	Columns []string
+	// CoverageCheckInterval is how often the publication's coverage of the tables is checked
+	// while streaming (coveragewatch.go), besides the checks idle progress asks for; default 1s.
+	CoverageCheckInterval time.Duration
 }
 
 const (
@@ -131,11 +138,15 @@ func New(cfg Config, log *slog.Logger) *Source {
 	if cfg.SlotCheckInterval == 0 {
 		cfg.SlotCheckInterval = defaultSlotCheckInterval
 	}
+	if cfg.CoverageCheckInterval <= 0 {
+		cfg.CoverageCheckInterval = defaultCoverageCheckInterval
+	}
 	if log == nil {
 		log = slog.Default()
 	}
 	s := &Source{cfg: cfg, log: log.With("source", "postgres", "slot", cfg.Slot)}
 	s.ext.fatal = make(chan struct{})
+	s.ext.cov.init()
 	return s
 }
 

@@ -36,6 +36,13 @@ func (s *Source) setup(ctx context.Context, from pglogrepl.LSN) (*pgconn.PgConn,
 	if err := s.checkResume(slot, from); err != nil {
 		return nil, err
 	}
+	if slot.exists { // a slot outboxd creates below is younger than the publication
+		if hits := s.ext.cov.base.Load().NewerThanSlot(); len(hits) > 0 {
+			if err := s.settleAge(ctx, admin, hits, from, slot); err != nil { // coverageprobe.go
+				return nil, err
+			}
+		}
+	}
 	pluginArgs := []string{"proto_version '1'", "publication_names " + quoteLiteral(quoteIdent(s.cfg.Publication))}
 	if s.cfg.HeartbeatInterval > 0 {
 		var version int
@@ -89,6 +96,9 @@ func (s *Source) setup(ctx context.Context, from pglogrepl.LSN) (*pgconn.PgConn,
 		if errors.As(err, &pgErr) && pgErr.Code == "55006" {
 			return nil, fmt.Errorf("start replication on slot %q: %w (%w): another process (another outboxd?) is reading this slot", s.cfg.Slot, ErrSlotActive, err)
 		}
+		if perr := s.publicationMissing(err); perr != nil {
+			return nil, perr
+		}
 		return nil, fmt.Errorf("start replication on slot %q from %s with publication %q: %w", s.cfg.Slot, startName(from), s.cfg.Publication, err)
 	}
 }
@@ -122,53 +132,55 @@ func (s *Source) connectReplication(ctx context.Context) (*pgconn.PgConn, error)
 	return conn, nil
 }
 
-// ensurePublication creates the publication when absent. An existing one is left as it is, but
-// it must publish inserts of every configured table.
+// ensurePublication creates the publication when absent (WITH publish_via_partition_root when a
+// configured table is partitioned) and refuses one that does not stream every outbox row whole
+// (coverage.go, Problems). The shape it read becomes the coverage baseline (coveragewatch.go).
 func (s *Source) ensurePublication(ctx context.Context, conn *pgx.Conn) error {
 	pub := s.cfg.Publication
-	var pubinsert bool
-	err := conn.QueryRow(ctx, `SELECT pubinsert FROM pg_publication WHERE pubname = $1`, pub).Scan(&pubinsert)
-	if errors.Is(err, pgx.ErrNoRows) {
-		idents := make([]string, len(s.cfg.Tables))
-		for i, t := range s.cfg.Tables {
-			schema, name := splitTable(t)
-			idents[i] = pgx.Identifier{schema, name}.Sanitize()
-		}
-		sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')",
-			quoteIdent(pub), strings.Join(idents, ", "))
+	version, err := serverVersion(ctx, conn)
+	if err != nil {
+		return err
+	}
+	s.ext.cov.version = version
+	shape, err := queryShape(ctx, conn, version, pub, s.cfg.Slot, s.cfg.Tables)
+	if err != nil {
+		return err
+	}
+	if !shape.Exists {
+		sql := createPublicationSQL(shape)
 		if _, err := conn.Exec(ctx, sql); err != nil {
 			return fmt.Errorf("create publication %q (source.postgres.publication) for %s: %w: check that the tables in source.tables exist and the role owns them", pub, strings.Join(s.cfg.Tables, ", "), err)
 		}
-		s.log.Info("publication created", "publication", pub, "tables", s.cfg.Tables)
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("look up publication %q: %w", pub, err)
-	}
-	rows, err := conn.Query(ctx, `SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1 ORDER BY 1`, pub)
-	if err != nil {
-		return fmt.Errorf("list tables of publication %q: %w", pub, err)
-	}
-	covered, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("list tables of publication %q: %w", pub, err)
-	}
-	s.log.Info("publication exists, leaving it as it is", "publication", pub, "tables", covered, "publishes_insert", pubinsert)
-	if !pubinsert {
-		return fmt.Errorf("publication %q (source.postgres.publication) does not publish inserts: ALTER PUBLICATION %s SET (publish = 'insert')", pub, quoteIdent(pub))
-	}
-	for _, t := range s.cfg.Tables {
-		schema, name := splitTable(t)
-		found := false
-		for _, c := range covered {
-			found = found || c == schema+"."+name
+		s.log.Info("publication created", "publication", pub, "tables", s.cfg.Tables, "sql", sql)
+		if shape, err = queryShape(ctx, conn, version, pub, s.cfg.Slot, s.cfg.Tables); err != nil {
+			return err
 		}
-		if !found {
-			return fmt.Errorf("publication %q (source.postgres.publication) does not include table %s from source.tables: ALTER PUBLICATION %s ADD TABLE %s",
-				pub, t, quoteIdent(pub), pgx.Identifier{schema, name}.Sanitize())
-		}
+	} else {
+		s.log.Info("publication exists, leaving it as it is", "publication", pub, "all_tables", shape.AllTables,
+			"publishes_insert", shape.Insert, "publish_via_partition_root", shape.ViaRoot)
 	}
+	if problems := shape.Problems(s.cfg.Columns); len(problems) > 0 {
+		return s.refuseShape(problems)
+	}
+	s.ext.cov.base.Store(shape)
+	s.ext.cov.single = shape.singleRelation()
 	return nil
+}
+
+// createPublicationSQL is outboxd's publication for the configured tables: inserts only, and
+// partitioned tables published under the root's name.
+func createPublicationSQL(shape *PubShape) string {
+	idents := make([]string, len(shape.Tables))
+	viaRoot := false
+	for i, t := range shape.Tables {
+		idents[i] = t.Ident
+		viaRoot = viaRoot || t.Relkind == "p"
+	}
+	with := "publish = 'insert'"
+	if viaRoot {
+		with += ", publish_via_partition_root = true"
+	}
+	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (%s)", quoteIdent(shape.Name), strings.Join(idents, ", "), with)
 }
 
 // slotInfo is the slot's row in pg_replication_slots.
@@ -249,6 +261,23 @@ func (s *Source) checkResume(si slotInfo, from pglogrepl.LSN) error {
 			slot, confirmed, from, acceptGap(confirmed.String()), source.ErrPositionLost)
 	}
 	return nil
+}
+
+// publicationMissing turns the walsender's `publication "X" does not exist` (SQLSTATE 42704) into
+// a permanent error with the fix, or returns nil for any other error. pgoutput looks the
+// publication up with the catalog as of the change it decodes, so a slot created before its
+// publication (or a publication dropped, or re-created, while the slot decodes older changes)
+// fails this way on every reconnect: retrying cannot help.
+func (s *Source) publicationMissing(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42704" || !strings.Contains(pgErr.Message, "publication") {
+		return nil
+	}
+	slot, pub := s.cfg.Slot, s.cfg.Publication
+	return fmt.Errorf("replication slot %q (source.postgres.slot): %w: the slot decodes changes from before publication %q existed (the slot was created before the publication, or the publication was dropped or created again). "+
+		"Retrying cannot help, so outboxd stops. Drop the slot (SELECT pg_drop_replication_slot('%s')) and start outboxd again: it creates a new slot after the publication; rows committed before that are not streamed: re-publish them from the outbox table if they matter "+
+		"(with a stored position, also run `outboxd offsets set -c FILE --position <the new slot's confirmed_flush_lsn>`): %w",
+		slot, err, pub, slot, source.ErrPositionLost)
 }
 
 // quoteIdent quotes a SQL identifier.

@@ -34,6 +34,11 @@ type stream struct {
 
 	idleCand pglogrepl.LSN // highest WAL end a keepalive reported
 	lastIdle time.Time     // when idle progress was last handed out
+
+	// Coverage epochs (coveragewatch.go): the watcher's epoch when the current message was
+	// received, when idleCand was raised, when out was received, and when the last Relation
+	// message arrived. out may be handed out once a check with a higher epoch passed.
+	recvEpoch, idleEpoch, outEpoch, relEpoch uint64
 	skipped  int           // transactions skipped because they end at or before from
 
 	readDeadline time.Time   // read deadline last set on the connection (zero: unknown, set it)
@@ -108,6 +113,7 @@ func (st *stream) loop(ctx context.Context) error {
 		}
 		if !st.hasOut && st.idleReady() && !now.Before(st.lastIdle.Add(idle)) {
 			st.setOut(source.Tx{Position: lsnPosition(st.idleCand)}, st.idleCand)
+			st.outEpoch = st.idleEpoch // the keepalive's receipt, not now
 			st.lastIdle = now
 		}
 
@@ -151,8 +157,13 @@ func (st *stream) interrupted(done <-chan struct{}, confirmWake bool) bool {
 	}
 }
 
-// handOff passes out to Next, waiting at most until deadline, a wake or Close.
+// handOff passes out to Next, waiting at most until deadline, a wake or Close. Until the
+// coverage watch cleared out (cleared), it only waits for that.
 func (st *stream) handOff(done <-chan struct{}, now, deadline time.Time, confirmWake bool) {
+	if !st.cleared() {
+		st.awaitCoverage(done, now, deadline, confirmWake)
+		return
+	}
 	select {
 	case st.s.txCh <- st.out: // Next is waiting: no timer needed
 		st.handed()
@@ -175,11 +186,45 @@ func (st *stream) handOff(done <-chan struct{}, now, deadline time.Time, confirm
 
 func (st *stream) setOut(tx source.Tx, l pglogrepl.LSN) {
 	st.out, st.outLSN, st.hasOut = tx, l, true
+	st.outEpoch = st.recvEpoch
 }
 
 func (st *stream) handed() {
 	st.lastHanded = st.outLSN
 	st.out, st.hasOut = source.Tx{}, false
+	st.s.ext.cov.handed.Store(uint64(st.lastHanded))
+	st.s.ext.cov.handedAt.Store(time.Now().UnixNano())
+}
+
+// cleared reports whether out may be handed out without passing a possibly missed row (see
+// coveragewatch.go): a coverage check that started after out was received has passed, or out
+// has rows of the only streamed relation and no Relation message came since the start of the
+// last passed check.
+func (st *stream) cleared() bool {
+	passed := st.s.ext.cov.passed.Load()
+	if passed > st.outEpoch {
+		return true
+	}
+	return len(st.out.Rows) > 0 && st.s.ext.cov.single && passed > st.relEpoch
+}
+
+// awaitCoverage asks the coverage watch for a check and waits for it (the watcher wakes the
+// loop when one passes), at most until deadline or Close.
+func (st *stream) awaitCoverage(done <-chan struct{}, now, deadline time.Time, confirmWake bool) {
+	cov := &st.s.ext.cov
+	cov.want.Store(true)
+	cov.request()
+	// Re-check after arming: a check that passed in between stored passed before looking at want.
+	if st.cleared() || !deadline.After(now) || st.interrupted(done, confirmWake) {
+		return
+	}
+	st.timer.Reset(deadline.Sub(now))
+	select {
+	case <-st.timer.C:
+	case <-st.w.ch:
+	case <-done:
+	}
+	st.timer.Stop()
 }
 
 // receive reads and handles one message, waiting at most until deadline, a wake or Close. A
@@ -193,6 +238,7 @@ func (st *stream) receive(done <-chan struct{}, deadline time.Time, confirmWake 
 		return nil
 	}
 	msg, err := st.conn.ReceiveMessage(context.Background()) // no context to watch: see waker
+	st.recvEpoch = st.s.ext.cov.epoch.Load()
 	if err != nil {
 		if pgconn.Timeout(err) { // the deadline or a wake (only the loop and waker set deadlines)
 			st.readDeadline = time.Time{} // a wake moved it: set it again
@@ -202,8 +248,14 @@ func (st *stream) receive(done <-chan struct{}, deadline time.Time, confirmWake 
 	}
 	switch m := msg.(type) {
 	case *pgproto3.CopyData:
+		if isRelationMessage(m.Data) {
+			st.relEpoch = st.recvEpoch
+		}
 		return st.handleCopyData(m.Data)
 	case *pgproto3.ErrorResponse:
+		if perr := st.s.publicationMissing(pgconn.ErrorResponseToPgError(m)); perr != nil {
+			return perr
+		}
 		return fmt.Errorf("replication stream on slot %q: server error: %w: outboxd stops; on restart it resumes from the stored position", st.s.cfg.Slot, pgconn.ErrorResponseToPgError(m))
 	case *pgproto3.CopyDone:
 		return fmt.Errorf("replication stream on slot %q: the server ended the stream (shutdown or failover?): outboxd stops; on restart it resumes from the stored position", st.s.cfg.Slot)
@@ -225,6 +277,7 @@ func (st *stream) handleCopyData(data []byte) error {
 		st.noteWALEnd(pkm.ServerWALEnd)
 		if pkm.ServerWALEnd > st.idleCand {
 			st.idleCand = pkm.ServerWALEnd
+			st.idleEpoch = st.recvEpoch
 		}
 		if pkm.ReplyRequested {
 			st.replyNow = true
@@ -273,6 +326,13 @@ func (st *stream) deliver(tx source.Tx, pos pglogrepl.LSN) error {
 		st.s.noteChange()
 	}
 	return nil
+}
+
+// isRelationMessage reports whether a CopyData payload is XLogData carrying a pgoutput Relation
+// message ('w', three 8-byte LSNs/times, then the message).
+func isRelationMessage(data []byte) bool {
+	const hdr = 1 + 8 + 8 + 8
+	return len(data) > hdr && data[0] == pglogrepl.XLogDataByteID && data[hdr] == msgRelation
 }
 
 func (st *stream) noteWALEnd(l pglogrepl.LSN) {
