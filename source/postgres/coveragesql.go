@@ -92,14 +92,14 @@ func queryShape(ctx context.Context, conn *pgx.Conn, version int, pub, slot stri
 	p.Tables = make([]TableShape, len(tables))
 	for rows.Next() {
 		var (
-			i                                int
-			self                             bool
-			relOID, prOID, prXmin, pnOID     int64
-			pnXmin                           int64
-			t                                TableShape
-			ident, name                      string
-			rowFilter                        *string
-			colList                          []string
+			i                            int
+			self                         bool
+			relOID, prOID, prXmin, pnOID int64
+			pnXmin                       int64
+			t                            TableShape
+			ident, name                  string
+			rowFilter                    *string
+			colList                      []string
 		)
 		if err := rows.Scan(&i, &self, &relOID, &t.Relkind, &ident, &name, &t.Columns, &t.Generated,
 			&prOID, &prXmin, &t.Member.RelAge, &rowFilter, &colList, &pnOID, &pnXmin, &t.Member.NspAge); err != nil {

@@ -39,7 +39,7 @@ type stream struct {
 	// received, when idleCand was raised, when out was received, and when the last Relation
 	// message arrived. out may be handed out once a check with a higher epoch passed.
 	recvEpoch, idleEpoch, outEpoch, relEpoch uint64
-	skipped  int           // transactions skipped because they end at or before from
+	skipped                                  int // transactions skipped because they end at or before from
 
 	readDeadline time.Time   // read deadline last set on the connection (zero: unknown, set it)
 	timer        *time.Timer // bounds a blocked hand-off to Next; stopped when not in use
