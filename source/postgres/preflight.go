@@ -1,0 +1,201 @@
+package postgres
+
+// Preflight: the PostgreSQL checks of `outboxd check` (and of `run` before it starts). They
+// must FAIL everything Open refuses (issue 11, "Preflight catches what run refuses"): the
+// publication's shape (Problems) and the slot's age against the publication (NewerThanSlot,
+// settled like Open does by decoding a copy of the slot), besides the server settings.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+)
+
+// CheckResult is one preflight line: OK Name (Reason), or FAIL Name: Reason — Fix.
+type CheckResult struct {
+	Name   string
+	OK     bool
+	Reason string
+	Fix    string
+}
+
+// Preflight runs the PostgreSQL checks for cfg (DSN, Tables, Slot, Publication, Columns; New's
+// defaults apply) and returns one result per check.
+func Preflight(ctx context.Context, cfg Config) []CheckResult {
+	s := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cfg = s.cfg
+	var out []CheckResult
+	conn, err := pgx.Connect(ctx, cfg.DSN)
+	if err != nil {
+		return append(out, CheckResult{Name: "postgres reachable", Reason: err.Error(),
+			Fix: "check source.dsn (host, port, user, password, database) and that PostgreSQL accepts the connection (pg_hba.conf)"})
+	}
+	defer conn.Close(context.Background())
+	var version string
+	conn.QueryRow(ctx, "SHOW server_version").Scan(&version)
+	out = append(out, CheckResult{Name: "postgres reachable", OK: true, Reason: "PostgreSQL " + version})
+
+	var walLevel string
+	conn.QueryRow(ctx, "SHOW wal_level").Scan(&walLevel)
+	if walLevel == "logical" {
+		out = append(out, CheckResult{Name: "wal_level", OK: true, Reason: "logical"})
+	} else {
+		out = append(out, CheckResult{Name: "wal_level", Reason: fmt.Sprintf("is %s, needs logical", walLevel),
+			Fix: "set wal_level = logical in postgresql.conf and restart PostgreSQL"})
+	}
+
+	var super, repl bool
+	conn.QueryRow(ctx, "SELECT rolsuper, rolreplication FROM pg_roles WHERE rolname = current_user").Scan(&super, &repl)
+	if super || repl {
+		out = append(out, CheckResult{Name: "replication privilege", OK: true})
+	} else {
+		out = append(out, CheckResult{Name: "replication privilege", Reason: "the role has neither REPLICATION nor SUPERUSER",
+			Fix: "ALTER ROLE <user> WITH REPLICATION"})
+	}
+
+	out = append(out, tableChecks(ctx, conn, cfg)...)
+
+	vnum, err := serverVersion(ctx, conn)
+	if err != nil {
+		return append(out, CheckResult{Name: "publication " + cfg.Publication, Reason: err.Error(), Fix: "check the role may read server settings"})
+	}
+	shape, err := queryShape(ctx, conn, vnum, cfg.Publication, cfg.Slot, cfg.Tables)
+	if err != nil {
+		return append(out, CheckResult{Name: "publication " + cfg.Publication, Reason: err.Error(),
+			Fix: "check the role may read pg_publication, pg_publication_rel, pg_class and pg_replication_slots"})
+	}
+	out = append(out, publicationChecks(ctx, conn, shape, cfg, super)...)
+
+	var plugin, walStatus, confirmed *string
+	err = conn.QueryRow(ctx, "SELECT plugin, wal_status, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", cfg.Slot).Scan(&plugin, &walStatus, &confirmed)
+	slotName := "slot " + cfg.Slot
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		var used, max int
+		conn.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots").Scan(&used)
+		var maxS string
+		conn.QueryRow(ctx, "SHOW max_replication_slots").Scan(&maxS)
+		fmt.Sscan(maxS, &max)
+		if used < max && walLevel == "logical" && (super || repl) {
+			out = append(out, CheckResult{Name: slotName, OK: true, Reason: "absent, will be created"})
+		} else {
+			out = append(out, CheckResult{Name: slotName, Reason: fmt.Sprintf("absent and cannot be created (%d of max_replication_slots=%d used)", used, max),
+				Fix: "raise max_replication_slots, set wal_level = logical, grant REPLICATION"})
+		}
+	case err != nil:
+		out = append(out, CheckResult{Name: slotName, Reason: err.Error(), Fix: "check the role may read pg_replication_slots"})
+	case plugin == nil || *plugin != "pgoutput":
+		out = append(out, CheckResult{Name: slotName, Reason: "exists but is not a pgoutput logical slot",
+			Fix: "drop it or choose another source.postgres.slot"})
+	case walStatus != nil && *walStatus == "lost":
+		out = append(out, CheckResult{Name: slotName, Reason: "wal_status is lost: WAL it needed was removed",
+			Fix: "events after the stored position are gone from this slot; drop the slot, recreate it, and accept or backfill the gap (outboxd offsets set)"})
+	default:
+		st := "reserved"
+		if walStatus != nil {
+			st = *walStatus
+		}
+		out = append(out, CheckResult{Name: slotName, OK: true, Reason: "exists, wal_status " + st})
+		out = append(out, slotAgeCheck(ctx, conn, s, shape, confirmed))
+	}
+	return out
+}
+
+// tableChecks: every configured table exists and has the columns outboxd reads.
+func tableChecks(ctx context.Context, conn *pgx.Conn, cfg Config) []CheckResult {
+	var out []CheckResult
+	for _, t := range cfg.Tables {
+		schema, table := splitTable(t)
+		rows, err := conn.Query(ctx, `SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2`, schema, table)
+		if err != nil {
+			out = append(out, CheckResult{Name: "table " + t, Reason: err.Error(), Fix: "grant SELECT on information_schema"})
+			continue
+		}
+		have := map[string]bool{}
+		for rows.Next() {
+			var n string
+			rows.Scan(&n)
+			have[n] = true
+		}
+		rows.Close()
+		if len(have) == 0 {
+			out = append(out, CheckResult{Name: "table " + t, Reason: "does not exist (or is not visible to this role)",
+				Fix: "create the outbox table or fix source.tables"})
+			continue
+		}
+		var missing []string
+		for _, col := range cfg.Columns {
+			if !have[col] {
+				missing = append(missing, col)
+			}
+		}
+		if len(missing) > 0 {
+			out = append(out, CheckResult{Name: "table " + t, Reason: "lacks column(s) " + strings.Join(missing, ", "),
+				Fix: "add the columns or map them in outbox.columns / outbox.headers"})
+		} else {
+			out = append(out, CheckResult{Name: "table " + t, OK: true})
+		}
+	}
+	return out
+}
+
+// publicationChecks: an existing publication streams every outbox row whole (one FAIL per
+// problem); an absent one can be created.
+func publicationChecks(ctx context.Context, conn *pgx.Conn, shape *PubShape, cfg Config, super bool) []CheckResult {
+	name := "publication " + cfg.Publication
+	if !shape.Exists {
+		var canCreate bool
+		conn.QueryRow(ctx, "SELECT has_database_privilege(current_database(), 'CREATE')").Scan(&canCreate)
+		if canCreate || super {
+			return []CheckResult{{Name: name, OK: true, Reason: "absent, will be created: " + createPublicationSQL(shape)}}
+		}
+		return []CheckResult{{Name: name, Reason: "absent and the role may not create it",
+			Fix: createPublicationSQL(shape) + " as an owner of the tables"}}
+	}
+	problems := shape.Problems(cfg.Columns)
+	if len(problems) == 0 {
+		var tables []string
+		for _, t := range shape.Tables {
+			d := t.Name
+			if len(t.Children) > 0 {
+				d += fmt.Sprintf(" with %d inheritance child(ren)", len(t.Children))
+			}
+			if t.Relkind == "p" {
+				d += " (partitioned, published via its root)"
+			}
+			tables = append(tables, d)
+		}
+		return []CheckResult{{Name: name, OK: true, Reason: fmt.Sprintf("exists: publishes inserts of %s, no row filter, no column list dropping a column, no generated column outboxd reads",
+			strings.Join(tables, ", "))}}
+	}
+	var out []CheckResult
+	for _, p := range problems {
+		out = append(out, CheckResult{Name: name, Reason: p.What, Fix: p.Fix})
+	}
+	return out
+}
+
+// slotAgeCheck: the slot does not decode from before the publication's current membership.
+func slotAgeCheck(ctx context.Context, conn *pgx.Conn, s *Source, shape *PubShape, confirmed *string) CheckResult {
+	name := fmt.Sprintf("slot %s vs publication %s", s.cfg.Slot, s.cfg.Publication)
+	hits := shape.NewerThanSlot()
+	if len(hits) == 0 {
+		return CheckResult{Name: name, OK: true, Reason: "the publication's membership is older than the slot's catalog_xmin"}
+	}
+	var from pglogrepl.LSN // check does not read the stored position: the slot's position stands in for it
+	if confirmed != nil {
+		from, _ = pglogrepl.ParseLSN(*confirmed)
+	}
+	err := s.settleAge(ctx, conn, hits, from, slotInfo{exists: true, confirmedLSN: confirmed})
+	if err == nil {
+		return CheckResult{Name: name, OK: true, Reason: "the publication changes younger than the slot's catalog_xmin committed before its confirmed position (checked on a decoded copy of the slot)"}
+	}
+	fix := "drop the slot (SELECT pg_drop_replication_slot('" + s.cfg.Slot + "')) and let outboxd create it after the publication; re-publish from the outbox table the rows committed after the stored position and before the publication change"
+	return CheckResult{Name: name, Reason: err.Error(), Fix: fix}
+}
