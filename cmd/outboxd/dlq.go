@@ -1,14 +1,11 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/outboxd/outboxd/internal/app"
@@ -82,7 +79,7 @@ func dlqCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	conn := dlqtool.Conn{Kafka: kc, Topic: cfg.Kafka.DLQTopic, IDColumn: cfg.Outbox.Columns.ID,
 		Warn: func(err error) { fmt.Fprintf(stderr, "outboxd dlq %s: %s\n", sub, scrubKafka(cfg, err)) }}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := signalContext(stderr)
 	defer stop()
 
 	if sub == "tail" {

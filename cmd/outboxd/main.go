@@ -9,10 +9,8 @@ import (
 	"github.com/outboxd/outboxd/internal/gcfloor"
 	"io"
 	"os"
-	"os/signal"
 	"runtime"
 	"runtime/debug"
-	"syscall"
 
 	"github.com/outboxd/outboxd/internal/app"
 	"github.com/outboxd/outboxd/internal/config"
@@ -28,7 +26,7 @@ var (
 const usage = `outboxd — transactional outbox to Kafka
 
 Usage:
-  outboxd run -c FILE       run the pipeline until SIGINT/SIGTERM
+  outboxd run -c FILE       run the pipeline until SIGINT, SIGTERM, SIGHUP or SIGQUIT
   outboxd check -c FILE     preflight: one OK/FAIL line per prerequisite
   outboxd offsets show -c FILE
                             stored position and where the source is now
@@ -41,6 +39,9 @@ Usage:
   outboxd version           print version, commit and Go version
 
 Exit status: 0 clean stop, 1 runtime failure, 2 bad configuration or usage.
+Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT (which first writes goroutine stacks to stderr)
+stop gracefully: in-flight records drained within shutdown_timeout, position stored, exit 0 (1
+when shutdown_timeout passed with records unacked). SIGPIPE is ignored.
 `
 
 // gcFloorMiB is the heap goal floor of outboxd run (see internal/gcfloor): small live heaps
@@ -49,7 +50,10 @@ Exit status: 0 clean stop, 1 runtime failure, 2 bad configuration or usage.
 // backlog under 64 MiB; 40 MiB passed it (65.6-68.0 MiB).
 const gcFloorMiB = 32
 
-func main() { os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	ignoreSIGPIPE()
+	os.Exit(Main(os.Args[1:], &dropWriter{w: os.Stdout}, &dropWriter{w: os.Stderr}))
+}
 
 // Main runs one command and returns its exit status.
 func Main(args []string, stdout, stderr io.Writer) int {
@@ -122,7 +126,7 @@ func runCmd(args []string, stderr io.Writer) int {
 		defer stopGC()
 		log.Debug("garbage collector: heap goal kept at or above a floor (set GOGC or GOMEMLIMIT to manage it yourself)", "floor_mib", gcFloorMiB)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := signalContext(stderr)
 	defer stop()
 	if err := app.Run(ctx, cfg, log); err != nil {
 		log.Error("outboxd stopped with an error", "err", err)
@@ -142,7 +146,7 @@ func checkCmd(args []string, stdout, stderr io.Writer) int {
 	if cfg == nil {
 		return code
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := signalContext(stderr)
 	defer stop()
 	if !app.Check(ctx, cfg, stdout) {
 		return 1
@@ -165,7 +169,7 @@ func offsetsCmd(args []string, stdout, stderr io.Writer) int {
 	if cfg == nil {
 		return code
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := signalContext(stderr)
 	defer stop()
 	var err error
 	if args[0] == "show" {
