@@ -134,12 +134,7 @@ func TestSecretsSpecialPasswordMySQL(t *testing.T) {
 		"GRANT ALL PRIVILEGES ON *.* TO 'special'@'127.0.0.1'"); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(e.cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, e.cfgPath, strings.Replace(string(b), "    server_id: 4343\n", "    server_id: 4343\n    start: current\n", 1))
-	port := e.db.Port
+	port := e.db.Port // newMySQLEnv's config sets source.mysql.start: current
 	forms := []struct{ name, dsn string }{
 		{"driver", fmt.Sprintf("special:%s@tcp(127.0.0.1:%d)/app", myPassword, port)},
 		{"url", fmt.Sprintf("mysql://%s@127.0.0.1:%d/app", url.UserPassword("special", myPassword).String(), port)},
