@@ -52,7 +52,9 @@ const gcFloorMiB = 32
 
 func main() {
 	ignoreSIGPIPE()
-	os.Exit(Main(os.Args[1:], &dropWriter{w: os.Stdout}, &dropWriter{w: os.Stderr}))
+	// stdout is a command's output: a write to a gone reader fails (EPIPE) and ends the command
+	// (dlq tail | head). stderr carries the logs: lines to a gone reader are dropped.
+	os.Exit(Main(os.Args[1:], os.Stdout, &dropWriter{w: os.Stderr}))
 }
 
 // Main runs one command and returns its exit status.

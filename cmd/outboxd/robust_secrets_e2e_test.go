@@ -92,6 +92,14 @@ func TestSecretsSpecialPasswordPostgres(t *testing.T) {
 	if out, code := runOut(t, "check", "-c", e.cfgPath); code != 1 || !strings.Contains(out, "FAIL postgres reachable") {
 		t.Fatalf("check with a wrong password: exit %d\n%s", code, out)
 	}
+	// A URL with the password not percent-encoded does not parse: refused as a config error
+	// (exit 2) that shows no fragment of it (pgconn's own error would).
+	setDSN(t, e.cfgPath, fmt.Sprintf("postgres://special:%s@127.0.0.1:%d/app?sslmode=disable", pgPassword, port))
+	for _, cmd := range []string{"check", "run"} {
+		if out, code := runOut(t, cmd, "-c", e.cfgPath); code != 2 || !strings.Contains(out, "source.dsn") || leaked(out) != nil {
+			t.Errorf("%s with a raw special password in a URL: exit %d, leaks %v:\n%s", cmd, code, leaked(out), out)
+		}
+	}
 	want := fmt.Sprintf("dsn=postgres://special:xxxxx@127.0.0.1:%d/app", port)
 	c := e.conn()
 	for _, f := range forms {

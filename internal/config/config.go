@@ -220,6 +220,9 @@ func Parse(b []byte, lookup func(string) (string, bool)) (*Config, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	if err := checkDSN(&c); err != nil {
+		return nil, err
+	}
 	return &c, nil
 }
 
