@@ -81,10 +81,18 @@ func (t *TableShape) covered(pub *PubShape) bool {
 
 // Problems lists everything that makes the publication lose or mangle rows of the configured
 // tables. need are the columns outboxd reads (id, aggregate id, payload, ...; see Config.Columns).
-// An absent publication has no problems here (outboxd creates it).
+// An absent publication (outboxd creates it) has only the generated-column problem.
 func (p *PubShape) Problems(need []string) []Problem {
 	if !p.Exists {
-		return nil
+		var out []Problem
+		for i := range p.Tables {
+			t := &p.Tables[i]
+			out = append(out, generatedProblems(t, t.Name, need)...)
+			for j := range t.Children {
+				out = append(out, generatedProblems(&t.Children[j], t.Children[j].Name, need)...)
+			}
+		}
+		return out
 	}
 	pub := quoteIdent(p.Name)
 	var out []Problem
@@ -153,19 +161,24 @@ func (p *PubShape) relProblems(t *TableShape, label string, need []string) []Pro
 				Fix:  "remove the column list: " + readd})
 		}
 	}
+	return append(out, generatedProblems(t, label, need)...)
+}
+
+// generatedProblems: pgoutput (PostgreSQL 15-17) never streams generated columns.
+func generatedProblems(t *TableShape, label string, need []string) []Problem {
 	var gen []string
 	for _, c := range t.Generated {
 		if slices.Contains(need, c) {
 			gen = append(gen, c)
 		}
 	}
-	if len(gen) > 0 {
-		out = append(out, Problem{
-			What: fmt.Sprintf("column(s) %s of %s are STORED generated columns: pgoutput never streams generated columns", strings.Join(gen, ", "), label),
-			Fix: fmt.Sprintf("make them plain columns (ALTER TABLE %s ALTER COLUMN %s DROP EXPRESSION, and fill them in the INSERT) or map outbox.columns to plain columns",
-				t.Ident, quoteIdent(gen[0]))})
+	if len(gen) == 0 {
+		return nil
 	}
-	return out
+	return []Problem{{
+		What: fmt.Sprintf("column(s) %s of %s are STORED generated columns: pgoutput never streams generated columns", strings.Join(gen, ", "), label),
+		Fix: fmt.Sprintf("make them plain columns (ALTER TABLE %s ALTER COLUMN %s DROP EXPRESSION, and fill them in the INSERT) or map outbox.columns to plain columns",
+			t.Ident, quoteIdent(gen[0]))}}
 }
 
 // Changes describes how the coverage identity differs from base (read at Open): any

@@ -149,16 +149,22 @@ func tableChecks(ctx context.Context, conn *pgx.Conn, cfg Config) []CheckResult 
 // problem); an absent one can be created.
 func publicationChecks(ctx context.Context, conn *pgx.Conn, shape *PubShape, cfg Config, super bool) []CheckResult {
 	name := "publication " + cfg.Publication
+	problems := shape.Problems(cfg.Columns)
 	if !shape.Exists {
+		var out []CheckResult
 		var canCreate bool
 		conn.QueryRow(ctx, "SELECT has_database_privilege(current_database(), 'CREATE')").Scan(&canCreate)
 		if canCreate || super {
-			return []CheckResult{{Name: name, OK: true, Reason: "absent, will be created: " + createPublicationSQL(shape)}}
+			out = append(out, CheckResult{Name: name, OK: true, Reason: "absent, will be created: " + createPublicationSQL(shape)})
+		} else {
+			out = append(out, CheckResult{Name: name, Reason: "absent and the role may not create it",
+				Fix: createPublicationSQL(shape) + " as an owner of the tables"})
 		}
-		return []CheckResult{{Name: name, Reason: "absent and the role may not create it",
-			Fix: createPublicationSQL(shape) + " as an owner of the tables"}}
+		for _, p := range problems { // generated columns: not streamed by any publication
+			out = append(out, CheckResult{Name: name, Reason: p.What, Fix: p.Fix})
+		}
+		return out
 	}
-	problems := shape.Problems(cfg.Columns)
 	if len(problems) == 0 {
 		var tables []string
 		for _, t := range shape.Tables {
@@ -184,6 +190,10 @@ func publicationChecks(ctx context.Context, conn *pgx.Conn, shape *PubShape, cfg
 // slotAgeCheck: the slot does not decode from before the publication's current membership.
 func slotAgeCheck(ctx context.Context, conn *pgx.Conn, s *Source, shape *PubShape, confirmed *string) CheckResult {
 	name := fmt.Sprintf("slot %s vs publication %s", s.cfg.Slot, s.cfg.Publication)
+	if !shape.Exists {
+		return CheckResult{Name: name, Reason: "the slot exists but the publication does not: a publication created now is younger than the slot, which decodes changes from before it (pgoutput fails with `publication does not exist` or skips the rows)",
+			Fix: "drop the slot (SELECT pg_drop_replication_slot('" + s.cfg.Slot + "')) so outboxd creates it after the publication; re-publish from the outbox table the rows that matter"}
+	}
 	hits := shape.NewerThanSlot()
 	if len(hits) == 0 {
 		return CheckResult{Name: name, OK: true, Reason: "the publication's membership is older than the slot's catalog_xmin"}

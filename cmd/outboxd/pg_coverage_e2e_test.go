@@ -1,0 +1,267 @@
+package main
+
+// Publication coverage (issue 11, PostgreSQL cases 2-5 and 18): a publication that does not
+// stream every outbox row whole is refused by check and run; a change to it while running stops
+// outboxd (exit 1) before a position past the first possibly missed row is stored or confirmed;
+// the restart after re-adding the table, and a slot older than its publication, are refused.
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxd/outboxd/internal/testenv"
+)
+
+func covLSN(t *testing.T, c *pgx.Conn) pglogrepl.LSN {
+	t.Helper()
+	var s string
+	if err := c.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	l, err := pglogrepl.ParseLSN(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func covParseLSN(t *testing.T, what, s string) pglogrepl.LSN {
+	t.Helper()
+	l, err := pglogrepl.ParseLSN(s)
+	if err != nil {
+		t.Fatalf("%s %q: %v", what, s, err)
+	}
+	return l
+}
+
+func covExec(t *testing.T, c *pgx.Conn, sql string) {
+	t.Helper()
+	if _, err := c.Exec(context.Background(), sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// waitExit waits for p to exit and returns its code.
+func covWaitExit(t *testing.T, p *proc, within time.Duration, what string) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.code
+	case <-time.After(within):
+		t.Fatalf("%s: outboxd still running after %v; output:\n%s", what, within, p.out.String())
+		return 0
+	}
+}
+
+// busy writes to another table until stop is closed, so keepalives (idle progress candidates)
+// keep moving past the rows that may be missed.
+func covBusy(t *testing.T, e *env) (stop func()) {
+	c := e.conn()
+	done, quit := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			c.Exec(context.Background(), "INSERT INTO public.orders (note) VALUES ('x')")
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
+// positionsNotPast asserts the stored position and the slot's confirmed LSN are at or before limit.
+func covNotPast(t *testing.T, e *env, c *pgx.Conn, limit pglogrepl.LSN) {
+	t.Helper()
+	if st := e.storedPosition(); st != "" && covParseLSN(t, "stored position", st) > limit {
+		t.Errorf("stored position %s is past %s, the WAL position before the first possibly missed row", st, limit)
+	}
+	if sc := e.slotConfirmed(c); sc != "" && covParseLSN(t, "confirmed_flush_lsn", sc) > limit {
+		t.Errorf("slot confirmed_flush_lsn %s is past %s, the WAL position before the first possibly missed row", sc, limit)
+	}
+}
+
+// deliverSome starts outboxd, delivers n rows and waits until their position is stored.
+func covDeliverSome(t *testing.T, e *env, c *pgx.Conn, n int) *proc {
+	t.Helper()
+	p := e.start()
+	e.insert(c, "before", n)
+	testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, n, 20*time.Second)
+	waitUntil(t, 20*time.Second, "position stored", func() bool { return e.storedPosition() != "" })
+	return p
+}
+
+// TestPGCoverageRowFilterRefused (case 2): a pre-existing publication with a row filter fails
+// check and run exits non-zero before streaming (no slot is created).
+func TestPGCoverageRowFilterRefused(t *testing.T) {
+	e := newEnv(t, "")
+	c := e.conn()
+	covExec(t, c, "CREATE PUBLICATION outboxd FOR TABLE public.outbox WHERE (aggregatetype <> 'internal') WITH (publish = 'insert')")
+	out, code := runOut(t, "check", "-c", e.cfgPath)
+	if code != 1 || !strings.Contains(out, "FAIL publication outboxd") || !strings.Contains(out, "row filter") || !strings.Contains(out, "DROP TABLE public.outbox; ALTER PUBLICATION") {
+		t.Fatalf("check with a row filter: exit %d, want 1 with a FAIL naming the row filter and the fix:\n%s", code, out)
+	}
+	p := startProc(t, e.cfgPath)
+	if code := covWaitExit(t, p, 20*time.Second, "run with a row filter"); code == 0 {
+		t.Fatalf("run exited 0:\n%s", p.out.String())
+	}
+	if s := p.out.String(); strings.Contains(s, "replication started") || !strings.Contains(s, "row filter") {
+		t.Fatalf("run must refuse before streaming, naming the row filter:\n%s", s)
+	}
+	var slots int
+	c.QueryRow(context.Background(), "SELECT count(*) FROM pg_replication_slots").Scan(&slots)
+	if slots != 0 {
+		t.Errorf("%d slot(s) created by a refused run", slots)
+	}
+}
+
+// TestPGCoverageDropTableWhileRunning (case 3): ALTER PUBLICATION ... DROP TABLE while running
+// stops outboxd within seconds, with stored and confirmed positions not past the first missed
+// row; after ADD TABLE the restart is refused with the recovery steps.
+func TestPGCoverageDropTableWhileRunning(t *testing.T) {
+	e := newEnv(t, "")
+	c := e.conn()
+	p := covDeliverSome(t, e, c, 3)
+	stopBusy := covBusy(t, e)
+	covExec(t, c, "ALTER PUBLICATION outboxd DROP TABLE public.outbox")
+	limit := covLSN(t, c)
+	e.insert(c, "missed", 3)
+	code := covWaitExit(t, p, 10*time.Second, "after DROP TABLE from the publication")
+	stopBusy()
+	if code != 1 {
+		t.Fatalf("exit %d, want 1:\n%s", code, p.out.String())
+	}
+	out := p.out.String()
+	for _, want := range []string{"was removed from publication", "re-publish", "pg_create_logical_replication_slot", "outboxd offsets set"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stop message lacks %q:\n%s", want, out)
+		}
+	}
+	covNotPast(t, e, c, limit)
+
+	covExec(t, c, "ALTER PUBLICATION outboxd ADD TABLE public.outbox")
+	e.insert(c, "after", 1)
+	p2 := startProc(t, e.cfgPath)
+	if code := covWaitExit(t, p2, 20*time.Second, "restart after ADD TABLE"); code == 0 {
+		t.Fatalf("restart after ADD TABLE exited 0:\n%s", p2.out.String())
+	}
+	out = p2.out.String()
+	if strings.Contains(out, "replication started") || !strings.Contains(out, "changed after the point replication slot") || !strings.Contains(out, "re-publish") {
+		t.Fatalf("restart after ADD TABLE must be refused before streaming, with the recovery:\n%s", out)
+	}
+	out, code = runOut(t, "check", "-c", e.cfgPath)
+	if code != 1 || !strings.Contains(out, "FAIL slot outboxd vs publication outboxd") {
+		t.Errorf("check after ADD TABLE: exit %d, want a FAIL for the slot's age:\n%s", code, out)
+	}
+	covNotPast(t, e, c, limit)
+}
+
+// TestPGCoverageTableReplaced (case 4): the outbox table dropped and created again, or renamed
+// and another created under the name, while running: the new table is not in the publication;
+// outboxd stops (exit 1) with positions not past the first row of the new table.
+func TestPGCoverageTableReplaced(t *testing.T) {
+	for _, tc := range []struct{ name, sql string }{
+		{"dropped and re-created", "BEGIN; DROP TABLE public.outbox; " + testenv.OutboxDDL + "; COMMIT"},
+		{"renamed and another created", "BEGIN; ALTER TABLE public.outbox RENAME TO outbox_old; " + testenv.OutboxDDL + "; COMMIT"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, "")
+			c := e.conn()
+			p := covDeliverSome(t, e, c, 2)
+			stopBusy := covBusy(t, e)
+			covExec(t, c, tc.sql)
+			limit := covLSN(t, c)
+			e.insert(c, "missed", 3)
+			code := covWaitExit(t, p, 10*time.Second, "after the table was replaced")
+			stopBusy()
+			if code != 1 {
+				t.Fatalf("exit %d, want 1:\n%s", code, p.out.String())
+			}
+			if out := p.out.String(); !strings.Contains(out, "public.outbox") || !strings.Contains(out, "re-publish") {
+				t.Errorf("stop message must name the table and the recovery:\n%s", out)
+			}
+			covNotPast(t, e, c, limit)
+		})
+	}
+}
+
+// TestPGCoverageShapeRefused (case 5): check FAILs and run refuses (exit non-zero, no dead
+// letters, no streaming) a publication whose column list omits payload, a STORED generated
+// payload, a publication publishing only updates, and one lacking the table.
+func TestPGCoverageShapeRefused(t *testing.T) {
+	e := newEnv(t, "")
+	c := e.conn()
+	for _, tc := range []struct {
+		name, setup, undo, want string
+	}{
+		{"column list without payload", "CREATE PUBLICATION outboxd FOR TABLE public.outbox (id, aggregatetype, aggregateid, type, created_at) WITH (publish = 'insert')",
+			"DROP PUBLICATION outboxd", "column list"},
+		{"generated payload", "ALTER TABLE public.outbox DROP COLUMN payload; ALTER TABLE public.outbox ADD COLUMN payload jsonb GENERATED ALWAYS AS (('{\"type\": \"' || type || '\"}')::jsonb) STORED",
+			"ALTER TABLE public.outbox DROP COLUMN payload; ALTER TABLE public.outbox ADD COLUMN payload jsonb", "STORED generated"},
+		{"publishes only updates", "CREATE PUBLICATION outboxd FOR TABLE public.outbox WITH (publish = 'update')",
+			"DROP PUBLICATION outboxd", "does not publish inserts"},
+		{"lacks the table", "CREATE PUBLICATION outboxd FOR TABLE public.orders WITH (publish = 'insert')",
+			"DROP PUBLICATION outboxd", "does not include public.outbox"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			covExec(t, c, tc.setup)
+			defer covExec(t, c, tc.undo)
+			out, code := runOut(t, "check", "-c", e.cfgPath)
+			if code != 1 || !strings.Contains(out, "FAIL publication outboxd") || !strings.Contains(out, tc.want) {
+				t.Fatalf("check: exit %d, want 1 with a FAIL saying %q:\n%s", code, tc.want, out)
+			}
+			p := startProc(t, e.cfgPath)
+			if code := covWaitExit(t, p, 20*time.Second, "run"); code == 0 {
+				t.Fatalf("run exited 0:\n%s", p.out.String())
+			}
+			if s := p.out.String(); strings.Contains(s, "replication started") || !strings.Contains(s, tc.want) {
+				t.Fatalf("run must refuse before streaming, saying %q:\n%s", tc.want, s)
+			}
+			covExec(t, c, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots")
+		})
+	}
+}
+
+// TestPGCoverageSlotBeforePublication (case 18, PostgreSQL): a slot created before its
+// publication is refused at once with the fix (drop the slot), by check and by run — not a
+// reconnect loop. After the fix, run streams.
+func TestPGCoverageSlotBeforePublication(t *testing.T) {
+	e := newEnv(t, "")
+	c := e.conn()
+	covExec(t, c, "SELECT pg_create_logical_replication_slot('outboxd', 'pgoutput')")
+	e.insert(c, "early", 1)
+	out, code := runOut(t, "check", "-c", e.cfgPath)
+	if code != 1 || !strings.Contains(out, "FAIL slot outboxd vs publication outboxd") {
+		t.Errorf("check with a slot and no publication: exit %d, want a FAIL for the slot's age:\n%s", code, out)
+	}
+	start := time.Now()
+	p := startProc(t, e.cfgPath)
+	if code := covWaitExit(t, p, 15*time.Second, "run with a slot older than the publication"); code == 0 {
+		t.Fatalf("exit 0:\n%s", p.out.String())
+	}
+	out = p.out.String()
+	if !strings.Contains(out, "pg_drop_replication_slot('outboxd')") || strings.Contains(out, "reconnecting") || strings.Contains(out, "retrying") {
+		t.Fatalf("want a refusal naming the fix (drop the slot), no retries:\n%s", out)
+	}
+	t.Logf("refused after %v", time.Since(start))
+	// The publication now exists (run created it) and is younger than the slot: check says so.
+	out, code = runOut(t, "check", "-c", e.cfgPath)
+	if code != 1 || !strings.Contains(out, "FAIL slot outboxd vs publication outboxd") {
+		t.Errorf("check with a slot older than the publication: exit %d:\n%s", code, out)
+	}
+	// The fix works: drop the slot, run again, rows stream.
+	covExec(t, c, "SELECT pg_drop_replication_slot('outboxd')")
+	e.start()
+	ids := e.insert(c, "late", 2)
+	got := testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, 2, 20*time.Second)
+	if missing := hasAll(got, ids); len(missing) > 0 {
+		t.Errorf("after the fix, missing %v", missing)
+	}
+}
