@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -65,5 +66,46 @@ func TestStopBudget(t *testing.T) {
 	defer cc()
 	if d, _ := c.Deadline(); !d.Equal(d1) {
 		t.Errorf("context deadline %v, want the stop's %v", d, d1)
+	}
+}
+
+// stuckCloseTxn is a transactional producer whose Close hangs (a cluster gone mid-stop).
+type stuckCloseTxn struct {
+	*fakeTxn
+	release chan struct{}
+}
+
+func (p stuckCloseTxn) Close() error { <-p.release; return nil }
+
+// TestEOSStopIsOneBudget: exactly_once with commits failing transiently and a Close that hangs:
+// the stop (the batch's commit attempts, then closing the producer) takes one shutdown_timeout.
+func TestEOSStopIsOneBudget(t *testing.T) {
+	c := &fakeCluster{transientLeft: 1 << 30}
+	src := &fakeSource{txs: txs("a", "b")}
+	o := eosOptions(c, src)
+	release := make(chan struct{})
+	defer close(release)
+	o.NewProducer = func() (TxnProducer, error) {
+		p, err := c.newProducer()
+		if err != nil {
+			return nil, err
+		}
+		return stuckCloseTxn{fakeTxn: p.(*fakeTxn), release: release}, nil
+	}
+	o.ShutdownTimeout = 400 * time.Millisecond
+	o.Log = slog.New(slog.DiscardHandler)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- RunExactlyOnce(ctx, o) }()
+	time.Sleep(100 * time.Millisecond) // setup: the batch is being retried against the failing cluster
+	stopped := time.Now()
+	cancel()
+	err := <-errc
+	took := time.Since(stopped)
+	if !errors.Is(err, ErrShutdownTimeout) {
+		t.Fatalf("err = %v", err)
+	}
+	if took < o.ShutdownTimeout || took > o.ShutdownTimeout*3/2 {
+		t.Fatalf("the stop took %v, want about one shutdown_timeout (%v)", took, o.ShutdownTimeout)
 	}
 }
