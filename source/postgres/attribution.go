@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/outboxd/outboxd/source"
 )
 
 // The decoder's attribution decisions (pure; see relations.go for where the facts come from).
@@ -173,7 +175,7 @@ func (d *Decoder) where() string {
 }
 
 func (d *Decoder) renamedError(t *outboxTable, now string) error {
-	return fmt.Errorf("pgoutput: relation OID %d, which was %s (source.tables) when outboxd started, arrives named %s %s: "+
+	return stopf("pgoutput: relation OID %d, which was %s (source.tables) when outboxd started, arrives named %s %s: "+
 		"the outbox table was renamed while outboxd was running. outboxd stops before handing out this transaction, so no position past it is stored or confirmed. "+
 		"Rows written under the name %s since the rename went to another table, which this stream does not carry as the outbox. To recover: "+
 		"if %s is still the outbox, set source.tables to %s and restart; otherwise make the publication cover the new %s (ALTER PUBLICATION … SET TABLE %s), "+
@@ -182,7 +184,7 @@ func (d *Decoder) renamedError(t *outboxTable, now string) error {
 }
 
 func (d *Decoder) recreatedError(t *outboxTable, oid uint32) error {
-	return fmt.Errorf("pgoutput: %s (source.tables) arrives as relation OID %d, but it was OID %d when outboxd started, %s: "+
+	return stopf("pgoutput: %s (source.tables) arrives as relation OID %d, but it was OID %d when outboxd started, %s: "+
 		"the outbox table was dropped and re-created (or renamed and replaced) while outboxd was running. outboxd stops before handing out this transaction, so no position past it is stored or confirmed. "+
 		"If rows were written to the new table before the publication covered it, they were never streamed: re-publish them from the table (rows written since it was created, at or before %s). "+
 		"Then check that the publication covers the new table (SELECT * FROM pg_publication_tables) and restart outboxd: it loads the new OID and delivers the new table's rows from the stored position on",
@@ -195,12 +197,22 @@ func (d *Decoder) notAttributed(rel *relation) error {
 	if why == "" {
 		why = "it is neither a table in source.tables nor a partition or inheritance child of one"
 	}
-	return fmt.Errorf("pgoutput: INSERT into %s (relation OID %d) %s, but %s. outboxd stops rather than skip a row it cannot attribute, so no position past this transaction is stored or confirmed. "+
+	return stopf("pgoutput: INSERT into %s (relation OID %d) %s, but %s. outboxd stops rather than skip a row it cannot attribute, so no position past this transaction is stored or confirmed. "+
 		"The publication (source.postgres.publication) streams this relation: if it holds outbox rows, add it to source.tables; otherwise remove it from the publication "+
 		"(ALTER PUBLICATION … DROP TABLE %s; a FOR ALL TABLES or FOR TABLES IN SCHEMA publication cannot be used unless every table it streams is an outbox table). Then restart; "+
 		"if the transaction can never be attributed, skip it with `outboxd offsets set -c FILE --position <this transaction's end LSN, past %s>` after re-publishing what it holds",
 		rel.table, rel.oid, d.where(), why, rel.table, d.commitLSN)
 }
+
+// stopError is an attribution stop. It matches source.ErrPositionLost, so the pipeline does not
+// reconnect (a new session would load the catalog as it is now and could take the change for
+// history): outboxd exits 1, and the operator's restart is the acknowledgement.
+type stopError struct{ msg string }
+
+func (e *stopError) Error() string        { return e.msg }
+func (e *stopError) Is(target error) bool { return target == source.ErrPositionLost }
+
+func stopf(format string, args ...any) error { return &stopError{msg: fmt.Sprintf(format, args...)} }
 
 // message handles a logical decoding Message inside a transaction (Decode) or outside one (the
 // stream, before heartbeat handling): only a non-transactional message with outboxd's heartbeat

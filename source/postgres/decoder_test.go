@@ -405,10 +405,15 @@ func decodeAll(d *Decoder, msgs ...[]byte) ([]source.Tx, error) {
 	return txs, nil
 }
 
+// wantErr checks err is an attribution stop (never retried: it matches source.ErrPositionLost)
+// containing every part.
 func wantErr(t *testing.T, err error, parts ...string) {
 	t.Helper()
 	if err == nil {
 		t.Fatalf("no error, want one containing %q", parts)
+	}
+	if !errors.Is(err, source.ErrPositionLost) {
+		t.Errorf("error does not match source.ErrPositionLost (the pipeline would reconnect): %v", err)
 	}
 	for _, p := range parts {
 		if !strings.Contains(err.Error(), p) {
