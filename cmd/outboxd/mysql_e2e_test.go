@@ -40,6 +40,7 @@ func newMySQLEnv(t *testing.T) *mysqlEnv {
   tables: [app.outbox]
   mysql:
     server_id: 4343
+    start: current
 kafka:
   brokers: [%s]
 offsets:

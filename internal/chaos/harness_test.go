@@ -264,6 +264,7 @@ func newMariaDBFixture(t *testing.T) *fixture {
   tables: [app.outbox]
   mysql:
     server_id: 4343
+    start: current
 `, f.maria.DSN("app"))
 	f.offs = filepath.Join(f.dir, "offsets.json")
 	return f
