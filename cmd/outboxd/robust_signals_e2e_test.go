@@ -100,6 +100,37 @@ func TestSIGHUPDrainsAndExits0(t *testing.T) {
 	if conf := e.slotConfirmed(c); lsn(t, conf) != lsn(t, stored) {
 		t.Errorf("slot confirmed %s, stored %s", conf, stored)
 	}
+
+	// Started with SIGHUP ignored (nohup): it stays ignored, outboxd keeps running and
+	// delivering; SIGTERM still stops it cleanly.
+	q := &proc{out: &syncBuf{}, done: make(chan struct{})}
+	q.cmd = exec.Command("/bin/sh", "-c", `trap '' HUP; exec "$0" run -c "$1"`, binPath, e.cfgPath)
+	q.cmd.Stdout, q.cmd.Stderr = q.out, q.out
+	if err := q.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		err := q.cmd.Wait()
+		if ee, ok := err.(*exec.ExitError); ok {
+			q.code = ee.ExitCode()
+		}
+		close(q.done)
+	}()
+	t.Cleanup(func() { q.cmd.Process.Kill(); <-q.done })
+	waitUntil(t, 30*time.Second, "replication started (nohup)", func() bool { return strings.Contains(q.out.String(), "replication started") })
+	q.cmd.Process.Signal(syscall.SIGHUP)
+	ids, _ := e.insertInTx(c, "nohup", 1)
+	waitUntil(t, 20*time.Second, "delivered after an ignored SIGHUP", func() bool {
+		select {
+		case <-q.done:
+			t.Fatalf("outboxd started with SIGHUP ignored exited %d at SIGHUP:\n%s", q.code, q.out.String())
+		default:
+		}
+		return hasAll(testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, 0, 300*time.Millisecond), ids) == nil
+	})
+	if code := q.stop(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("SIGTERM after an ignored SIGHUP: exit %d\n%s", code, q.out.String())
+	}
 }
 
 // TestSIGQUITStopsGracefully: SIGQUIT writes the goroutine stacks (Go's habit) and then stops

@@ -24,7 +24,17 @@ import (
 //	                         last one saved, so rows after it are delivered again on restart
 //
 // A second stop signal during the drain changes nothing (the drain is already bounded).
-var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+// SIGHUP and SIGINT that were ignored when outboxd started (nohup, a background job of a
+// non-interactive shell) stay ignored: Notify would otherwise install a handler for them.
+func stopSignals() []os.Signal {
+	sigs := []os.Signal{syscall.SIGTERM, syscall.SIGQUIT}
+	for _, s := range []os.Signal{syscall.SIGINT, syscall.SIGHUP} {
+		if !signal.Ignored(s) {
+			sigs = append(sigs, s)
+		}
+	}
+	return sigs
+}
 
 // ignoreSIGPIPE keeps a broken stdout or stderr from killing the process. For fds 1 and 2 the Go
 // runtime raises SIGPIPE (default action: die) on a write to a broken pipe unless the program
@@ -39,7 +49,7 @@ func ignoreSIGPIPE() {
 func signalContext(stderr io.Writer) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, stopSignals...)
+	signal.Notify(ch, stopSignals()...)
 	done := make(chan struct{})
 	go func() {
 		for {
