@@ -18,8 +18,9 @@ import (
 //	                         exit 0, or 1 when shutdown_timeout passed with records unacked
 //	SIGQUIT                  all goroutine stacks written to stderr (as Go does by default), then
 //	                         the same graceful stop (Go's default exit 2 is the bad-config code)
-//	SIGPIPE                  ignored: a closed stdout/stderr never stops outboxd; lines written
-//	                         there are dropped
+//	SIGPIPE                  never kills: log lines to a gone stderr are dropped and run goes
+//	                         on; a command whose stdout reader is gone (dlq tail | head) gets a
+//	                         write error and ends (exit 1)
 //	SIGKILL                  cannot be caught: the shell reports 137; the stored position is the
 //	                         last one saved, so rows after it are delivered again on restart
 //
