@@ -31,8 +31,15 @@ type fakeWalsender struct {
 	notify chan struct{}   // signalled (capacity 1) on every status update
 }
 
-// startFake opens a Source on a fake walsender, streaming from from.
+// startFake opens a Source on a fake walsender, streaming from from. Every coverage check passes.
 func startFake(tb testing.TB, cfg Config, from pglogrepl.LSN) (*Source, *fakeWalsender) {
+	tb.Helper()
+	return startFakeWith(tb, cfg, from, nil)
+}
+
+// startFakeWith is startFake with prep run on the Source before it starts (coverage tests set
+// their own coverage hook and baseline there).
+func startFakeWith(tb testing.TB, cfg Config, from pglogrepl.LSN, prep func(*Source)) (*Source, *fakeWalsender) {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -67,6 +74,9 @@ func startFake(tb testing.TB, cfg Config, from pglogrepl.LSN) (*Source, *fakeWal
 	s := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	s.opened = true
 	s.ext.cov.readShape = func(context.Context) (*PubShape, error) { return &PubShape{}, nil } // no baseline: every check passes
+	if prep != nil {
+		prep(s)
+	}
 	if err := s.start(context.Background(), pc, from); err != nil {
 		tb.Fatal(err)
 	}
