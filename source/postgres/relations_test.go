@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -194,5 +195,74 @@ func TestStreamAttributesPartitionsAndStopsOnOtherTables(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "INSERT into public.other") || !strings.Contains(err.Error(), "source.tables") {
 		t.Errorf("error %v, want one naming public.other and source.tables", err)
+	}
+}
+
+// TestStreamRecreatedTableStops: with a FOR TABLES IN SCHEMA publication the re-created outbox
+// table is streamed at once, under the configured name with a new OID: the stream stops with an
+// error naming both OIDs (a stop the pipeline does not retry), and hands out nothing of it.
+func TestStreamRecreatedTableStops(t *testing.T) {
+	dsn, conn := testDB(t, "recreated")
+	exec(t, conn, `CREATE SCHEMA ob`)
+	exec(t, conn, `CREATE TABLE ob.outbox (LIKE public.outbox INCLUDING ALL)`)
+	exec(t, conn, `CREATE PUBLICATION recreated FOR TABLES IN SCHEMA ob WITH (publish = 'insert')`)
+	old := regclass(t, conn, "ob.outbox")
+	s := newTestSource(dsn, "recreated", "ob.outbox")
+	open(t, s, "")
+	exec(t, conn, `INSERT INTO ob.outbox (id, type) VALUES (gen_random_uuid(), 'before')`)
+	if r := nextRows(t, s).Rows[0]; r.Table != "ob.outbox" {
+		t.Fatalf("row of %q", r.Table)
+	}
+	inTx(t, conn, false, func(tx pgx.Tx) {
+		for _, q := range []string{`DROP TABLE ob.outbox`, `CREATE TABLE ob.outbox (LIKE public.outbox INCLUDING ALL)`,
+			`INSERT INTO ob.outbox (id, type) VALUES (gen_random_uuid(), 'after')`} {
+			if _, err := tx.Exec(context.Background(), q); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var err error
+	for err == nil {
+		var tx source.Tx
+		if tx, err = s.Next(ctx); err == nil && len(tx.Rows) > 0 {
+			t.Fatalf("a row of the re-created table was handed out: %+v", tx.Rows)
+		}
+	}
+	wantErr(t, err, "ob.outbox", fmt.Sprintf("OID %d", old), fmt.Sprintf("OID %d", regclass(t, conn, "ob.outbox")), "re-created")
+}
+
+// TestStreamForeignMessages: logical decoding messages of another application (with heartbeats
+// on, pgoutput sends every message of the database) are counted and ignored, inside and outside
+// transactions; the outbox row of the same transaction is delivered.
+func TestStreamForeignMessages(t *testing.T) {
+	dsn, conn := testDB(t, "foreignmsg")
+	s := newTestSource(dsn, "foreignmsg")
+	s.cfg.HeartbeatInterval = time.Hour // messages 'true', no heartbeat during the test
+	open(t, s, "")
+	if !s.ext.messages.Load() {
+		t.Skip("server without pgoutput messages (PostgreSQL < 14)")
+	}
+	exec(t, conn, `SELECT pg_logical_emit_message(false, 'app.audit', 'outside')`)
+	inTx(t, conn, false, func(tx pgx.Tx) {
+		for _, q := range []string{`SELECT pg_logical_emit_message(true, 'app.audit', 'inside')`,
+			`SELECT pg_logical_emit_message(true, 'outboxd.heartbeat', 'transactional: not ours')`,
+			`INSERT INTO public.outbox (id, type) VALUES (gen_random_uuid(), 'with messages')`} {
+			if _, err := tx.Exec(context.Background(), q); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	tx := nextRows(t, s)
+	if len(tx.Rows) != 1 {
+		t.Fatalf("rows %+v", tx.Rows)
+	}
+	wantValue(t, tx.Rows[0], "type", "with messages")
+	if n := s.ForeignMessages(); n != 3 {
+		t.Errorf("ForeignMessages = %d, want 3", n)
+	}
+	if _, seen := s.Heartbeats(); seen != 0 {
+		t.Errorf("%d heartbeats seen: a message that is not outboxd's was taken for one", seen)
 	}
 }
