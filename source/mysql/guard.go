@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/outboxd/outboxd/source"
 )
 
 // This file holds the assembler's guards: binlog shapes in which outbox rows exist but cannot
@@ -18,6 +20,16 @@ import (
 //     NOBLOB in the writing session): the missing columns would read as NULL;
 //   - an XA transaction prepared with outbox rows (see xaPrepare for why they are not held
 //     until XA COMMIT).
+
+// stopError is a binlog shape that outboxd cannot read without losing rows: final, never
+// retried (it wraps source.ErrPositionLost, which the pipeline turns into exit 1; a retry would
+// read the same events again). Its text is only the cause and the fix.
+type stopError struct{ err error }
+
+func (e *stopError) Error() string   { return e.err.Error() }
+func (e *stopError) Unwrap() []error { return []error{e.err, source.ErrPositionLost} }
+
+func stop(err error) error { return &stopError{err} }
 
 // failTx marks the current transaction as one that must stop outboxd; the error is returned at
 // the transaction's end, when the position just after it is known (for the operator's fix).
@@ -168,7 +180,7 @@ func (a *assembler) xaQuery(h *replication.EventHeader, q []byte) error {
 		return nil
 	case hasPrefixFold(q, qXACommit):
 		if a.inTx && !bytes.Contains(bytes.ToUpper(q), qOnePhase) && len(a.rows) > 0 {
-			return fmt.Errorf("binlog %s:%d: %q inside a transaction with outbox rows: outboxd cannot tell which rows it commits; stopping", a.file, h.LogPos, q)
+			return stop(fmt.Errorf("binlog %s:%d: %q inside a transaction with outbox rows: outboxd cannot tell which rows it commits; stopping", a.file, h.LogPos, q))
 		}
 		return a.commit(h) // one phase: this transaction; else the outcome group of a prepared one
 	case hasPrefixFold(q, qXARollback):

@@ -157,7 +157,7 @@ func buildDesc(name string, tm *replication.TableMapEvent, sch *tableSchema, ver
 		d.names = slices.Clone(tm.ColumnNameString())
 	} else {
 		if sch == nil {
-			return nil, fmt.Errorf("table %s: the binlog carries no column names (binlog_row_metadata is not FULL) and the table's schema is unknown (it is not in information_schema): set binlog_row_metadata=FULL", name)
+			return nil, stop(fmt.Errorf("table %s: the binlog carries no column names (binlog_row_metadata is not FULL) and the table's schema is unknown (it is not in information_schema): set binlog_row_metadata=FULL", name))
 		}
 		if err := checkLayout(name, tm, sch, mariadb); err != nil {
 			return nil, err
@@ -196,7 +196,7 @@ func buildDesc(name string, tm *replication.TableMapEvent, sch *tableSchema, ver
 			c.charset = csBinary
 		}
 		if c.charset == csUnsupported {
-			return nil, unsupportedCharsetError(name, c.name, csName)
+			return nil, stop(unsupportedCharsetError(name, c.name, csName))
 		}
 		c.enum, c.set = enums[i], sets[i]
 		if c.charset != csUTF8 && c.charset != csBinary {
@@ -229,10 +229,10 @@ func isBinaryByDefault(t byte) bool {
 // decoding would put values under the wrong names: that is a loud error, never a guess.
 func checkLayout(name string, tm *replication.TableMapEvent, sch *tableSchema, mariadb bool) error {
 	mismatch := func(why string) error {
-		return fmt.Errorf("table %s: the binlog row layout does not match the tracked schema (%s); "+
+		return stop(fmt.Errorf("table %s: the binlog row layout does not match the tracked schema (%s); "+
 			"column names cannot be recovered without binlog_row_metadata=FULL. This happens when the table "+
 			"was altered between the stored position and now: set binlog_row_metadata=FULL on the server, "+
-			"or move the stored position past the ALTER with `outboxd offsets set`", name, why)
+			"or move the stored position past the ALTER with `outboxd offsets set`", name, why))
 	}
 	if int(tm.ColumnCount) != len(sch.Cols) {
 		return mismatch(fmt.Sprintf("binlog has %d columns, schema has %d: %s", tm.ColumnCount, len(sch.Cols), strings.Join(sch.names(), ", ")))

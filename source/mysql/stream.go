@@ -219,11 +219,11 @@ func (a *assembler) mysqlGTID(e *replication.GTIDEvent) {
 // (or a pending stop) that is a loud error, never a silent drop.
 func (a *assembler) begin(h *replication.EventHeader) error {
 	if a.stopErr != nil {
-		return fmt.Errorf("binlog %s:%d: %w", a.file, h.LogPos, a.stopErr)
+		return stop(fmt.Errorf("binlog %s:%d: %w", a.file, h.LogPos, a.stopErr))
 	}
 	if len(a.rows) > 0 {
-		return fmt.Errorf("binlog %s:%d: a transaction with %d outbox row(s) has no end event (no XID, COMMIT or XA PREPARE) before the next one begins; "+
-			"outboxd stops instead of dropping them: report this binlog sequence (mysqlbinlog --start-position around %d)", a.file, h.LogPos, len(a.rows), h.LogPos)
+		return stop(fmt.Errorf("binlog %s:%d: a transaction with %d outbox row(s) has no end event (no XID, COMMIT or XA PREPARE) before the next one begins; "+
+			"outboxd stops instead of dropping them: report this binlog sequence (mysqlbinlog --start-position around %d)", a.file, h.LogPos, len(a.rows), h.LogPos))
 	}
 	a.inTx, a.rows = true, nil
 	return nil
@@ -290,7 +290,7 @@ func (a *assembler) rowsEvent(h *replication.EventHeader, e *replication.RowsEve
 		return nil
 	}
 	if len(e.Rows) == 0 {
-		return fmt.Errorf("binlog %s:%d: an insert into %s arrived without decoded rows (table name matching disagrees between the decoder and the assembler): outboxd stops; report this", a.file, h.LogPos, name)
+		return stop(fmt.Errorf("binlog %s:%d: an insert into %s arrived without decoded rows (table name matching disagrees between the decoder and the assembler): outboxd stops; report this", a.file, h.LogPos, name))
 	}
 	d, err := a.desc(name, e.Table)
 	if err != nil {
@@ -301,7 +301,7 @@ func (a *assembler) rowsEvent(h *replication.EventHeader, e *replication.RowsEve
 	for i, r := range e.Rows {
 		v := vals[i*n : (i+1)*n : (i+1)*n]
 		if err := decodeRow(d.cols, r, v); err != nil {
-			return fmt.Errorf("binlog %s:%d: table %s: %w", a.file, h.LogPos, name, err)
+			return stop(fmt.Errorf("binlog %s:%d: table %s: %w", a.file, h.LogPos, name, err))
 		}
 		a.rows = append(a.rows, source.Row{Table: name, Columns: d.names, Values: v})
 	}
@@ -386,8 +386,8 @@ func (a *assembler) commit(h *replication.EventHeader) error {
 			"file", a.file, "log_pos", h.LogPos)
 	}
 	if a.stopErr != nil {
-		return fmt.Errorf("binlog %s:%d: %w (outboxd stored no position past this transaction; the position just after it is %s)",
-			a.file, h.LogPos, a.stopErr, a.committed)
+		return stop(fmt.Errorf("binlog %s:%d: %w (outboxd stored no position past this transaction; the position just after it is %s)",
+			a.file, h.LogPos, a.stopErr, a.committed))
 	}
 	ct := a.commitTime
 	if ct.IsZero() {
