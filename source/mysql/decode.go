@@ -21,7 +21,7 @@ type column struct {
 	charset  charsetKind
 	cmap     *charmap.Charmap // csSingle: the charset's table
 	enum     []string         // ENUM member names, when known
-	set      []string // SET member names, when known
+	set      []string         // SET member names, when known
 }
 
 // realType unpacks the real type and declared byte length of a binlog column (the

@@ -67,3 +67,12 @@ func TestContainsFold(t *testing.T) {
 		}
 	}
 }
+
+func TestIsDMLVerb(t *testing.T) {
+	for q, want := range map[string]bool{"INSERT INTO x": true, " (update x set": true, "delete from": true, "LOAD DATA": true,
+		"REPLACE x": true, "BEGIN": false, "SAVEPOINT a": false, "CREATE TABLE": false, "": false, "INSERTS": false} {
+		if got := isDMLVerb([]byte(q)); got != want {
+			t.Errorf("isDMLVerb(%q) = %v", q, got)
+		}
+	}
+}

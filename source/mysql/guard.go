@@ -48,6 +48,14 @@ const fixStatementFormat = "set binlog_format=ROW globally (SET GLOBAL binlog_fo
 // checkStatement stops on a Query event whose statement changes data in an outbox table.
 func (a *assembler) checkStatement(h *replication.EventHeader, schema, q []byte) error {
 	if !a.mentionsCaptured(q) {
+		if !a.warnedStmt && isDMLVerb(q) {
+			// Rows a trigger of that table writes into an outbox table are not in the binlog
+			// either, and nothing in this statement names them.
+			a.warnedStmt = true
+			a.log.Warn("a data change was logged as a statement (binlog_format STATEMENT or MIXED in some session): "+
+				"outbox rows written by triggers of that statement would be missing from the binlog; set binlog_format=ROW for every session",
+				"file", a.file, "log_pos", h.LogPos, "query", truncate(string(q), 200))
+		}
 		return nil
 	}
 	k, ok := dmlTarget(string(schema), string(q), func(db, table string) bool {
@@ -215,4 +223,20 @@ func (a *assembler) xaPrepare(h *replication.EventHeader) error {
 	}
 	a.rows = nil
 	return a.commit(h)
+}
+
+// isDMLVerb reports whether q starts with a data-changing statement's keyword.
+func isDMLVerb(q []byte) bool {
+	q = bytes.TrimLeft(q, " \t\r\n(")
+	end := 0
+	for end < len(q) && end < 8 && isWordByte(q[end]) {
+		end++
+	}
+	w := string(q[:end])
+	for _, v := range []string{"INSERT", "REPLACE", "UPDATE", "DELETE", "LOAD"} {
+		if strings.EqualFold(w, v) {
+			return true
+		}
+	}
+	return false
 }

@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 
@@ -36,6 +37,9 @@ func wantStop(t *testing.T, err error, parts ...string) {
 		if !strings.Contains(err.Error(), p) {
 			t.Fatalf("error %q lacks %q", err, p)
 		}
+	}
+	if !errors.Is(err, source.ErrPositionLost) {
+		t.Fatalf("error %q is retried by the pipeline (it does not wrap source.ErrPositionLost)", err)
 	}
 }
 

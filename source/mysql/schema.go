@@ -201,6 +201,7 @@ func buildDesc(name string, tm *replication.TableMapEvent, sch *tableSchema, ver
 		c.enum, c.set = enums[i], sets[i]
 		if c.charset != csUTF8 && c.charset != csBinary {
 			// Member names in the table map are in the column's charset.
+			c.enum, c.set = slices.Clone(c.enum), slices.Clone(c.set) // the event's own slices stay as logged
 			for _, vals := range [][]string{c.enum, c.set} {
 				for j, v := range vals {
 					if b, err := toUTF8(c.charset, c.cmap, []byte(v)); err == nil {
