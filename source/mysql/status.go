@@ -86,12 +86,14 @@ func Inspect(ctx context.Context, cfg Config, columns ...string) (ServerStatus, 
 			}
 		}
 	}
-	pre, err := readPreflight(c, s.captured)
-	if err != nil {
-		return st, err
+	if pre, err := readPreflight(c, s.captured); err != nil {
+		// Open fails the same way: report it as a refusal, not as an unreachable server.
+		st.Problems = append(st.Problems, Problem{Check: "server settings", Reason: err.Error(),
+			Fix: "GRANT REPLICATION CLIENT (MariaDB: BINLOG MONITOR) and SELECT on information_schema to the user, then check again"})
+	} else {
+		st.LowerCaseTableNames, st.BinlogDoDB, st.BinlogIgnoreDB = pre.LowerCaseNames, pre.DoDB, pre.IgnoreDB
+		st.Problems = pre.problems(info, s.cfg, s.captured)
 	}
-	st.LowerCaseTableNames, st.BinlogDoDB, st.BinlogIgnoreDB = pre.LowerCaseNames, pre.DoDB, pre.IgnoreDB
-	st.Problems = pre.problems(info, s.cfg, s.captured)
 	for k, name := range s.captured {
 		rows, err := query(c, loadSchemaQuery, k.DB, k.Table)
 		if err != nil {
