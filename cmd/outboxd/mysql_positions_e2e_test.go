@@ -267,3 +267,38 @@ func TestMySQLOldFormPositionResumes(t *testing.T) {
 		t.Errorf("%d distinct records, want %d", distinct, len(want))
 	}
 }
+
+// TestMySQLOtherServerRefused: source.dsn is pointed at another server (server_id 7) with the
+// stored position of the first: run refuses it naming both servers and the fix, and offsets
+// show says it is not servable.
+func TestMySQLOtherServerRefused(t *testing.T) {
+	e := newMySQLEnv(t)
+	p := e.start()
+	first := events(31, 2)
+	e.write(first)
+	e.waitDelivered(idsOf(first), "first rows delivered")
+	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("SIGTERM exit %d", code)
+	}
+	other := testenv.NewMariaDB(t, testenv.MariaDBOptions{RowMetadata: true, ServerID: 7})
+	if err := other.Exec(context.Background(), "app", testenv.MariaDBOutboxDDL("app.outbox", "BINARY(16)")); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ { // the other server's GTIDs are past the stored ones
+		if err := other.Exec(context.Background(), "app", "CREATE TABLE IF NOT EXISTS t"+fmt.Sprint(i)+" (a INT)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := os.ReadFile(e.cfgPath)
+	writeFile(t, e.cfgPath, strings.Replace(string(b), e.db.DSN("app"), other.DSN("app"), 1))
+	out, code := runOut(t, "offsets", "show", "-c", e.cfgPath)
+	if code != 0 || !strings.Contains(out, "stored position servable: NO") || !strings.Contains(out, "server_id 1, but source.dsn reaches server_id 7") {
+		t.Errorf("offsets show against another server: exit %d:\n%s", code, out)
+	}
+	out = e.refused("restart against another server")
+	for _, want := range []string{"server_id 1, but source.dsn reaches server_id 7", "point it at the server the position was read from", "offsets set"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the refusal lacks %q:\n%s", want, out)
+		}
+	}
+}
