@@ -265,3 +265,94 @@ func TestPGCoverageSlotBeforePublication(t *testing.T) {
 		t.Errorf("after the fix, missing %v", missing)
 	}
 }
+
+// TestPGCoverageTwoTablesOneDropped (case 3, several tables): with two configured tables, one
+// dropped from the publication while rows of the other keep flowing, outboxd stops (exit 1) and
+// neither the stored position nor the slot passes the first missed row of the dropped table,
+// although transactions of the other table commit after it.
+func TestPGCoverageTwoTablesOneDropped(t *testing.T) {
+	e := newEnv(t, "")
+	c := e.conn()
+	covExec(t, c, "CREATE TABLE public.outbox2 (LIKE public.outbox INCLUDING ALL)")
+	writeFile(t, e.cfgPath, strings.Replace(readFile(e.cfgPath), "tables: [public.outbox]", "tables: [public.outbox, public.outbox2]", 1))
+	p := e.start()
+	e.insertInto(c, "public.outbox", "agg-a", "", 2)
+	e.insertInto(c, "public.outbox2", "agg-b", "", 2)
+	testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, 4, 20*time.Second)
+	waitUntil(t, 20*time.Second, "position stored", func() bool { return e.storedPosition() != "" })
+
+	covExec(t, c, "ALTER PUBLICATION outboxd DROP TABLE public.outbox2")
+	limit := covLSN(t, c)
+	e.insertInto(c, "public.outbox2", "agg-missed", "", 3)
+	deadline := time.Now().Add(10 * time.Second)
+	for exited := false; !exited; {
+		select {
+		case <-p.done:
+			exited = true
+		default:
+			if time.Now().After(deadline) {
+				t.Fatalf("outboxd still running 10s after a table left the publication:\n%s", p.out.String())
+			}
+			e.insertInto(c, "public.outbox", "agg-flowing", "", 1) // the other table's rows keep coming
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if p.code != 1 || !strings.Contains(p.out.String(), "public.outbox2 was removed from publication") {
+		t.Fatalf("exit %d, want 1 naming public.outbox2:\n%s", p.code, p.out.String())
+	}
+	covNotPast(t, e, c, limit)
+}
+
+// TestPGCoverageNewInheritanceChild (case 1/2): an INHERITS child created while running is not
+// in a FOR TABLE publication (PostgreSQL adds children only when the table is added): outboxd
+// stops with positions not past the child's first row; check then FAILs naming it.
+func TestPGCoverageNewInheritanceChild(t *testing.T) {
+	e := newEnv(t, "")
+	c := e.conn()
+	p := covDeliverSome(t, e, c, 2)
+	covExec(t, c, "CREATE TABLE public.outbox_archive () INHERITS (public.outbox)")
+	limit := covLSN(t, c)
+	e.insertInto(c, "public.outbox_archive", "agg-missed", "", 2)
+	e.insertInto(c, "public.outbox", "agg-parent", "", 1)
+	if code := covWaitExit(t, p, 10*time.Second, "after a new inheritance child"); code != 1 {
+		t.Fatalf("exit %d, want 1:\n%s", code, p.out.String())
+	}
+	if out := p.out.String(); !strings.Contains(out, "public.outbox_archive") {
+		t.Errorf("stop message must name the child:\n%s", out)
+	}
+	covNotPast(t, e, c, limit)
+	out, code := runOut(t, "check", "-c", e.cfgPath)
+	if code != 1 || !strings.Contains(out, "does not include public.outbox_archive (an inheritance child of public.outbox") ||
+		!strings.Contains(out, `ADD TABLE public.outbox_archive`) {
+		t.Errorf("check with an uncovered child: exit %d:\n%s", code, out)
+	}
+}
+
+// TestPGCoveragePartitionedNeedsViaRoot (case 1, publication side): a pre-existing publication
+// of a partitioned outbox without publish_via_partition_root fails check and run; the one outboxd
+// creates has it.
+func TestPGCoveragePartitionedNeedsViaRoot(t *testing.T) {
+	e := newEnv(t, "")
+	c := e.conn()
+	covExec(t, c, partitionedOutboxDDL)
+	covExec(t, c, "CREATE PUBLICATION outboxd FOR TABLE public.outbox WITH (publish = 'insert')")
+	out, code := runOut(t, "check", "-c", e.cfgPath)
+	if code != 1 || !strings.Contains(out, "publish_via_partition_root = true") {
+		t.Fatalf("check: exit %d, want a FAIL naming publish_via_partition_root:\n%s", code, out)
+	}
+	p := startProc(t, e.cfgPath)
+	if code := covWaitExit(t, p, 20*time.Second, "run"); code == 0 || strings.Contains(p.out.String(), "replication started") {
+		t.Fatalf("run: exit %d:\n%s", code, p.out.String())
+	}
+	covExec(t, c, "DROP PUBLICATION outboxd")
+	out, code = runOut(t, "check", "-c", e.cfgPath)
+	if code != 0 || !strings.Contains(out, "publish_via_partition_root = true") {
+		t.Fatalf("check without a publication: exit %d:\n%s", code, out)
+	}
+	e.start()
+	var viaRoot bool
+	c.QueryRow(context.Background(), "SELECT pubviaroot FROM pg_publication WHERE pubname = 'outboxd'").Scan(&viaRoot)
+	if !viaRoot {
+		t.Error("the publication outboxd created lacks publish_via_partition_root")
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgproto3"
+
 	"github.com/outboxd/outboxd/source"
 )
 
@@ -312,5 +314,35 @@ func TestStreamCoverageDataFastPath(t *testing.T) {
 	h2.answer(t, goodShape())
 	if pos, _ := nextWithin(t, s2, 2*time.Second); pos != "0/200" {
 		t.Fatalf("Next: %s, want 0/200", pos)
+	}
+}
+
+// TestStreamPublicationMissingIsPermanent (case 18): the walsender's `publication "X" does not
+// exist` (a slot decoding changes from before its publication) ends the stream with an error
+// wrapping ErrPositionLost (the pipeline never retries it) that names the fix; another server
+// error stays retryable.
+func TestStreamPublicationMissingIsPermanent(t *testing.T) {
+	for _, tc := range []struct {
+		code, msg string
+		permanent bool
+	}{
+		{"42704", `publication "outboxd" does not exist`, true},
+		{"XX000", "some other failure", false},
+	} {
+		s, f := startFake(t, Config{StandbyTimeout: 10 * time.Second}, 0x10)
+		b, err := (&pgproto3.ErrorResponse{Severity: "ERROR", Code: tc.code, Message: tc.msg}).Encode(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.write(t, b)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err = s.Next(ctx)
+		cancel()
+		if got := errors.Is(err, source.ErrPositionLost); got != tc.permanent {
+			t.Fatalf("%s: permanent %v, want %v: %v", tc.msg, got, tc.permanent, err)
+		}
+		if tc.permanent && (!strings.Contains(err.Error(), "pg_drop_replication_slot('outboxd')") || !strings.Contains(err.Error(), "Retrying cannot help")) {
+			t.Errorf("error lacks the fix: %v", err)
+		}
 	}
 }
