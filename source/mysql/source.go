@@ -15,10 +15,14 @@
 // per Config.IdleProgressInterval, and an idle server's heartbeat yields one whenever the position
 // moved; so stored offsets keep up with a busy server that writes no outbox rows.
 //
-// Not supported: XA transactions (their rows are dropped with a warning: the binlog splits them
-// at XA PREPARE), charsets other than utf8mb3/utf8mb4/ascii/latin1/binary (bytes are passed
-// through unconverted), and multi-source MariaDB setups where one captured table is written in
-// several GTID domains (positions still work; ComparePosition is then only a heuristic).
+// Refused or stopped, never skipped (preflight.go, guard.go): binlog filters that exclude an
+// outbox database, binlog_row_metadata other than FULL (unless allowed), outbox columns in a
+// charset that cannot be converted to UTF-8 (utf16, ucs2, utf32, latin1 and the common
+// single-byte charsets are converted), outbox rows logged as statements or with a partial row
+// image, and XA transactions prepared with outbox rows (the binlog splits them at XA PREPARE;
+// see xaPrepare). Table names are compared as the server does (lower_case_table_names).
+// Not supported: multi-source MariaDB setups where one captured table is written in several
+// GTID domains (positions still work; ComparePosition is then only a heuristic).
 package mysql
 
 import (
