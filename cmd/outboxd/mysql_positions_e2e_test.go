@@ -140,6 +140,10 @@ func TestMySQLLostOffsetsRefused(t *testing.T) {
 		if strings.Contains(out, "starting from the source's beginning") {
 			t.Errorf("%s: the misleading log line is still there:\n%s", tc.name, out)
 		}
+		// check catches what run refuses.
+		if out, code := runOut(t, "check", "-c", e.cfgPath); code != 1 || !strings.Contains(out, "FAIL start position: no stored position in offsets file") {
+			t.Errorf("%s: check exit %d, want 1 with FAIL start position:\n%s", tc.name, code, out)
+		}
 	}
 	if out, code := runOut(t, "offsets", "show", "-c", e.cfgPath); code != 0 || !strings.Contains(out, "refuses to start until source.mysql.start is set") {
 		t.Errorf("offsets show without a position: exit %d:\n%s", code, out)
@@ -198,6 +202,9 @@ func TestMySQLResetMasterRefused(t *testing.T) {
 	out, code := runOut(t, "offsets", "show", "-c", e.cfgPath)
 	if code != 0 || !strings.Contains(out, "stored position servable: NO") || !strings.Contains(out, "RESET MASTER") {
 		t.Errorf("offsets show after RESET MASTER: exit %d, want servable: NO with the reason:\n%s", code, out)
+	}
+	if out, code := runOut(t, "check", "-c", e.cfgPath); code != 1 || !strings.Contains(out, "FAIL start position: stored position") || !strings.Contains(out, "RESET MASTER") {
+		t.Errorf("check after RESET MASTER: exit %d, want 1 with FAIL start position:\n%s", code, out)
 	}
 	out = e.refused("restart after RESET MASTER")
 	for _, want := range []string{"does not belong to this server's binlog", "RESET MASTER", "offsets set", stored} {

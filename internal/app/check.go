@@ -58,6 +58,7 @@ func Check(ctx context.Context, c *config.Config, w io.Writer) bool {
 		results = append(results, checkPostgres(ctx, c)...)
 	case "mysql":
 		results = append(results, checkMySQL(ctx, c)...)
+		results = append(results, checkMySQLStart(ctx, c)...) // mysqlstart.go
 	}
 	results = append(results, checkKafka(ctx, c)...)
 	ok := true
