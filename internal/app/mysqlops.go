@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 
@@ -92,7 +93,7 @@ func checkMySQL(ctx context.Context, c *config.Config) []CheckResult {
 			sort.Strings(cols)
 			out = append(out, CheckResult{Name: "table " + t, Reason: "lacks column(s) " + strings.Join(cols, ", "),
 				Fix: "add the columns or map them in outbox.columns / outbox.headers"})
-		default:
+		case !slices.ContainsFunc(st.Problems, func(p mysql.Problem) bool { return p.Check == "table "+t }):
 			out = append(out, CheckResult{Name: "table " + t, OK: true})
 		}
 	}
