@@ -164,8 +164,8 @@ func TestMySQLLowerCaseTableNames(t *testing.T) {
 	}
 }
 
-// TestMySQLBinlogIgnoreDB (case 7): binlog-ignore-db=app keeps the outbox out of the binlog:
-// check FAILs naming the option, and run refuses before streaming.
+// TestMySQLBinlogIgnoreDB (case 7): binlog-ignore-db=app (or a binlog-do-db without app) keeps
+// the outbox out of the binlog: check FAILs naming the option, and run refuses before streaming.
 func TestMySQLBinlogIgnoreDB(t *testing.T) {
 	e := newNoLossEnv(t, testenv.MariaDBOptions{RowMetadata: true, Extra: []string{"--binlog-ignore-db=app"}}, "app.outbox", "",
 		testenv.MariaDBOutboxDDL("app.outbox", "CHAR(36)"))
@@ -180,6 +180,17 @@ func TestMySQLBinlogIgnoreDB(t *testing.T) {
 	}
 	if e.storedPosition() != "" {
 		t.Fatalf("run stored a position: %s", e.storedPosition())
+	}
+
+	// binlog-do-db that does not list the outbox database: the same.
+	do := newNoLossEnv(t, testenv.MariaDBOptions{RowMetadata: true, Extra: []string{"--binlog-do-db=other"}}, "app.outbox", "",
+		testenv.MariaDBOutboxDDL("app.outbox", "CHAR(36)"))
+	out, code = runOut(t, "check", "-c", do.cfgPath)
+	if code != 1 || !strings.Contains(out, "FAIL binlog filters: the server does not log changes to database app (binlog-do-db=other does not list it)") {
+		t.Fatalf("check with binlog-do-db=other: exit %d:\n%s", code, out)
+	}
+	if out, code = runOut(t, "run", "-c", do.cfgPath); code == 0 || !strings.Contains(out, "binlog-do-db=other") {
+		t.Fatalf("run with binlog-do-db=other: exit %d:\n%s", code, out)
 	}
 }
 
@@ -239,6 +250,18 @@ func TestMySQLSessionMinimalRowImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.expectStop(p, before, "partial row image", "column(s) type missing", "binlog_row_image=FULL")
+
+	// Globally: check FAILs and run refuses.
+	if err := e.db.Exec(context.Background(), "", "SET GLOBAL binlog_row_image = MINIMAL"); err != nil {
+		t.Fatal(err)
+	}
+	out, code := runOut(t, "check", "-c", e.cfgPath)
+	if code != 1 || !strings.Contains(out, `FAIL binlog_row_image: is "MINIMAL", needs FULL`) {
+		t.Fatalf("check exit %d:\n%s", code, out)
+	}
+	if out, code = runOut(t, "run", "-c", e.cfgPath); code == 0 || !strings.Contains(out, "binlog_row_image=MINIMAL") {
+		t.Fatalf("run exit %d:\n%s", code, out)
+	}
 }
 
 // TestMySQLMinimalRowMetadata (case 13): binlog_row_metadata=MINIMAL is refused by check and
