@@ -175,3 +175,26 @@ func TestTrackerFollowsDDL(t *testing.T) {
 		t.Fatal("a DML statement changed the schema version")
 	}
 }
+
+// TestTrackerFoldedNames: with lower_case_table_names 1 or 2 the tracker follows DDL whatever the
+// statement's spelling of the table; with 0 a differently spelled table is another table.
+func TestTrackerFoldedNames(t *testing.T) {
+	for _, fold := range []bool{false, true} {
+		k := tableKey{"app", "outbox"}
+		tr := newSchemaTracker(map[tableKey]string{k: "App.Outbox"}, func(tableKey) (*tableSchema, error) {
+			return baseSchema(), nil
+		}, true, testLogger())
+		tr.fold = fold
+		if _, err := tr.schema(k); err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.onQuery("App", "ALTER TABLE `App`.`OutBox` ADD x INT FIRST", "test"); err != nil {
+			t.Fatal(err)
+		}
+		got := names(tr.tables[k])
+		followed := strings.HasPrefix(got, "x:int ")
+		if followed != fold {
+			t.Errorf("fold=%v: schema after the ALTER: %s", fold, got)
+		}
+	}
+}
