@@ -1,10 +1,14 @@
 package mysql
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/outboxd/outboxd/source"
 )
 
 // TestCharsetConversion: byte fixtures as MariaDB logs them (utf16/ucs2/utf32 are big-endian),
@@ -88,5 +92,35 @@ func TestCollationCharset(t *testing.T) {
 		if got, _, _ := charsetOfCollation(tc.id, tc.server); got != tc.want {
 			t.Errorf("collation %d (server table %v): %v, want %v", tc.id, tc.server != nil, got, tc.want)
 		}
+	}
+}
+
+// TestBuildDescCharsets: with FULL metadata the table map's collation ids decide each text
+// column's conversion; a charset outboxd cannot convert is a final error naming the column.
+func TestBuildDescCharsets(t *testing.T) {
+	tm := func(colls ...uint64) *replication.TableMapEvent {
+		return &replication.TableMapEvent{Schema: []byte("app"), Table: []byte("outbox"), ColumnCount: 3,
+			ColumnType: []byte{gomysql.MYSQL_TYPE_LONG, gomysql.MYSQL_TYPE_VARCHAR, gomysql.MYSQL_TYPE_VARCHAR},
+			ColumnMeta: []uint16{0, 80, 40}, ColumnName: [][]byte{[]byte("id"), []byte("agg"), []byte("note")},
+			ColumnCharset: colls}
+	}
+	d, err := buildDesc("app.outbox", tm(54, 8), nil, -1, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.cols[1].charset != csUTF16 || d.cols[2].charset != csLatin1 || d.cols[0].charset != csUTF8 {
+		t.Fatalf("charsets %v %v %v", d.cols[0].charset, d.cols[1].charset, d.cols[2].charset)
+	}
+	v, err := decodeValue(&d.cols[1], "\x00K\x00\xe9")
+	if err != nil || string(v.Bytes) != "Ké" {
+		t.Fatalf("utf16 value %q %v", v.Bytes, err)
+	}
+	_, err = buildDesc("app.outbox", tm(54, 24), nil, -1, true, nil) // gb2312
+	if err == nil || !strings.Contains(err.Error(), "column note is in character set gb2312") || !errors.Is(err, source.ErrPositionLost) {
+		t.Fatalf("gb2312 column: %v", err)
+	}
+	// The server's own collation table wins over the static one.
+	if _, err = buildDesc("app.outbox", tm(54, 8), nil, -1, true, map[uint64]string{54: "utf16", 8: "sjis"}); err == nil {
+		t.Fatal("a collation the server calls sjis was accepted")
 	}
 }
