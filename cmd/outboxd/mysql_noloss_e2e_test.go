@@ -194,23 +194,24 @@ func TestMySQLBinlogIgnoreDB(t *testing.T) {
 	}
 }
 
-// TestMySQLStatementFormatStops (case 8): an application session logging STATEMENT writes an
-// outbox row (the global format is still ROW, so check passes): outboxd exits 1 naming the
-// cause and the fix, with the stored position before that transaction. After SET GLOBAL
-// binlog_format=STATEMENT, check FAILs and run refuses.
+// TestMySQLStatementFormatStops (case 8): SET GLOBAL binlog_format=STATEMENT while outboxd runs,
+// then an INSERT from a new session (which takes the new format): outboxd exits 1 naming the
+// cause and the fix, with the stored position before that transaction; check then FAILs, run
+// refuses, and once the format is ROW again a restart stops at the same transaction (it is
+// never skipped). The same for one application session that sets STATEMENT while the global
+// format stays ROW (check passes there).
 func TestMySQLStatementFormatStops(t *testing.T) {
 	e := newNoLossEnv(t, testenv.MariaDBOptions{RowMetadata: true}, "app.outbox", "", testenv.MariaDBOutboxDDL("app.outbox", "CHAR(36)"))
 	p := e.start()
 	before := e.deliverSome("app.outbox", 0, 2)
-	if err := e.db.Exec(context.Background(), "app", "SET SESSION binlog_format = STATEMENT", "BEGIN",
-		insertSQL("outbox", noLossID(100), "S"), "COMMIT"); err != nil {
+	if err := e.db.Exec(context.Background(), "", "SET GLOBAL binlog_format = STATEMENT"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.db.Exec(context.Background(), "app", "BEGIN", insertSQL("outbox", noLossID(100), "S"), "COMMIT"); err != nil {
 		t.Fatal(err)
 	}
 	e.expectStop(p, before, "logged as a statement", "binlog_format=ROW", "offsets set")
 
-	if err := e.db.Exec(context.Background(), "", "SET GLOBAL binlog_format = STATEMENT"); err != nil {
-		t.Fatal(err)
-	}
 	out, code := runOut(t, "check", "-c", e.cfgPath)
 	if code != 1 || !strings.Contains(out, `FAIL binlog_format: is "STATEMENT", needs ROW`) {
 		t.Fatalf("check exit %d:\n%s", code, out)
@@ -219,9 +220,20 @@ func TestMySQLStatementFormatStops(t *testing.T) {
 	if code == 0 || !strings.Contains(out, "binlog_format=STATEMENT") {
 		t.Fatalf("run exit %d:\n%s", code, out)
 	}
-	if got := mariaSeq(e.storedPosition()); got > before {
-		t.Fatalf("stored position moved to %s", e.storedPosition())
+	if err := e.db.Exec(context.Background(), "", "SET GLOBAL binlog_format = ROW"); err != nil {
+		t.Fatal(err)
 	}
+	e.expectStop(startProc(t, e.cfgPath), before, "logged as a statement")
+
+	// One session in STATEMENT, the global format ROW.
+	s := newNoLossEnv(t, testenv.MariaDBOptions{RowMetadata: true}, "app.outbox", "", testenv.MariaDBOutboxDDL("app.outbox", "CHAR(36)"))
+	p = s.start()
+	before = s.deliverSome("app.outbox", 0, 2)
+	if err := s.db.Exec(context.Background(), "app", "SET SESSION binlog_format = STATEMENT", "BEGIN",
+		insertSQL("outbox", noLossID(100), "S"), "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	s.expectStop(p, before, "logged as a statement", "binlog_format=ROW", "offsets set")
 }
 
 // TestMySQLXAStops (case 9): outbox rows written in an XA transaction (XA PREPARE, then XA
