@@ -309,3 +309,28 @@ func TestMySQLOtherServerRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestMySQLNoPositionInKafkaStore (case 10, offsets.store kafka): the offsets topic holds no
+// position under the pipeline's key; without source.mysql.start the run is refused naming the
+// topic and key, with start: earliest it delivers the rows committed before it ever ran.
+func TestMySQLNoPositionInKafkaStore(t *testing.T) {
+	e := newMySQLEnv(t)
+	b, _ := os.ReadFile(e.cfgPath)
+	cfg := strings.Replace(string(b), "kafka:\n  brokers:", "kafka:\n  delivery: exactly_once\n  brokers:", 1)
+	cfg = strings.Replace(cfg, "offsets:\n", "offsets:\n  store: kafka\n  topic: test.offsets\n", 1)
+	writeFile(t, e.cfgPath, cfg)
+	e.setStart("")
+	before := events(41, 3)
+	e.write(before) // committed before outboxd ever ran
+	out := e.refused("no position under the key")
+	if !strings.Contains(out, "no stored position in offsets topic test.offsets, key mysql:4343 (offsets.topic)") ||
+		!strings.Contains(out, "source.mysql.start is not set") {
+		t.Errorf("the refusal lacks the store or the fix:\n%s", out)
+	}
+	e.setStart("earliest")
+	p := e.start()
+	e.waitDelivered(idsOf(before), "rows committed before the first run delivered")
+	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("SIGTERM exit %d", code)
+	}
+}
