@@ -47,7 +47,8 @@ func NewSource(c *config.Config, log *slog.Logger) func() source.Source {
 		return func() source.Source {
 			return postgres.New(postgres.Config{DSN: c.Source.DSN, Tables: c.Source.Tables, Slot: c.Source.Postgres.Slot,
 				Publication: c.Source.Postgres.Publication, StandbyTimeout: c.Source.Postgres.StatusInterval,
-				HeartbeatInterval: c.Source.Postgres.HeartbeatInterval, Columns: postgresColumns(c)}, log)
+				HeartbeatInterval: c.Source.Postgres.HeartbeatInterval, Columns: postgresColumns(c),
+				CoverageCheckInterval: c.Source.Postgres.CoverageCheckInterval}, log)
 		}
 	}
 }

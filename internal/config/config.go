@@ -39,6 +39,9 @@ type Postgres struct {
 	Publication       string        `yaml:"publication"`
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
 	StatusInterval    time.Duration `yaml:"status_interval"`
+	// CoverageCheckInterval: how often the publication's coverage is re-checked while streaming
+	// (besides the checks before idle progress); 0 means the default, 1s.
+	CoverageCheckInterval time.Duration `yaml:"coverage_check_interval"`
 }
 
 type MySQL struct {
