@@ -346,3 +346,77 @@ func TestStreamPublicationMissingIsPermanent(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenRefusesRowFilter: Open itself (not only the preflight) refuses a publication with a
+// row filter, permanently (ErrPositionLost), before creating the slot.
+func TestOpenRefusesRowFilter(t *testing.T) {
+	dsn, conn := testDB(t, "covfilter")
+	exec(t, conn, `CREATE PUBLICATION covfilter FOR TABLE public.outbox WHERE (aggregatetype <> 'x') WITH (publish = 'insert')`)
+	s := newTestSource(dsn, "covfilter")
+	err := s.Open(context.Background(), "")
+	if err == nil {
+		s.Close()
+		t.Fatal("Open with a row filter succeeded")
+	}
+	if !errors.Is(err, source.ErrPositionLost) || !strings.Contains(err.Error(), "row filter") || !strings.Contains(err.Error(), "DROP TABLE public.outbox") {
+		t.Errorf("error: %v", err)
+	}
+	var n int
+	conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'covfilter'`).Scan(&n)
+	if n != 0 {
+		t.Error("a refused Open created the slot")
+	}
+}
+
+// TestOpenSlotAge: with another, older slot on the server, a new slot's catalog_xmin is older
+// than the publication outboxd created just before it, so the cheap xmin test says "maybe";
+// decoding a copy of the slot settles that the publication is older than the stored position
+// (the restart works). A table dropped from the publication and added again after the stored
+// position is refused, naming the commit LSN of the change.
+func TestOpenSlotAge(t *testing.T) {
+	dsn, conn := testDB(t, "covage")
+	exec(t, conn, `SELECT pg_create_logical_replication_slot('covage_hold', 'test_decoding')`)
+	t.Cleanup(func() { conn.Exec(context.Background(), `SELECT pg_drop_replication_slot('covage_hold')`) })
+	exec(t, conn, `INSERT INTO public.other (note) VALUES ('advance the xid counter')`)
+
+	s := newTestSource(dsn, "covage")
+	open(t, s, "")
+	exec(t, conn, `INSERT INTO public.outbox (id, aggregatetype, aggregateid, payload) VALUES (gen_random_uuid(), 'a', 'b', '{}')`)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var tx source.Tx
+	for len(tx.Rows) == 0 {
+		var err error
+		if tx, err = s.Next(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Confirm(ctx, tx.Position); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	v, _ := serverVersion(ctx, conn)
+	shape, err := queryShape(ctx, conn, v, "covage", "covage", []string{"public.outbox"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(shape.NewerThanSlot()) == 0 {
+		t.Fatalf("the cheap test finds nothing to settle (slot catalog_xmin age %d, publication age %d): the probe is not exercised", shape.SlotCatalogAge, shape.Age)
+	}
+	s2 := newTestSource(dsn, "covage")
+	open(t, s2, tx.Position) // settled by the probe: the publication is older than the position
+	s2.Close()
+
+	exec(t, conn, `ALTER PUBLICATION covage DROP TABLE public.outbox`)
+	exec(t, conn, `ALTER PUBLICATION covage ADD TABLE public.outbox`)
+	s3 := newTestSource(dsn, "covage")
+	err = s3.Open(ctx, tx.Position)
+	if err == nil {
+		s3.Close()
+		t.Fatal("Open after the table left and re-joined the publication succeeded")
+	}
+	if !errors.Is(err, source.ErrPositionLost) || !strings.Contains(err.Error(), "committed at") || !strings.Contains(err.Error(), string(tx.Position)) {
+		t.Errorf("error: %v", err)
+	}
+}
