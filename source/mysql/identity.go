@@ -184,15 +184,15 @@ func judgeStart(start position, f startFacts) error {
 	// GTID history.
 	switch start.kind {
 	case kindMariaGTID:
-		state, err := parsePosition2(f.binlogState, kindMariaGTID)
+		state, err := parseGTIDState(f.binlogState)
 		if err != nil {
-			return fmt.Errorf("server's gtid_binlog_state %q: %w", f.binlogState, err)
+			return fmt.Errorf("server's gtid_binlog_state: %w", err)
 		}
-		end, err := parsePosition2(f.binlogEnd, kindMariaGTID)
+		end, err := parseGTIDState(f.binlogEnd)
 		if err != nil {
-			return fmt.Errorf("server's gtid_binlog_pos %q: %w", f.binlogEnd, err)
+			return fmt.Errorf("server's gtid_binlog_pos: %w", err)
 		}
-		if err := judgeMariaHistory(start, strings.ReplaceAll(f.binlogState, " ", ""), state.maria, end.maria); err != nil {
+		if err := judgeMariaHistory(start, strings.ReplaceAll(f.binlogState, " ", ""), state, end); err != nil {
 			return err
 		}
 	case kindMySQLGTID:
@@ -209,7 +209,7 @@ func judgeStart(start position, f startFacts) error {
 }
 
 // judgeMariaHistory checks every stored GTID against the server's GTID state. stateText is
-// gtid_binlog_state as text; state holds it parsed as last-per-domain, which loses the
+// gtid_binlog_state as text; state holds it as the highest GTID per domain, which loses the
 // per-server entries, so those are looked up in the text.
 func judgeMariaHistory(start position, stateText string, state, end mariaGTIDs) error {
 	for _, g := range start.maria {
@@ -247,13 +247,13 @@ func stateSeq(stateText string, domain, server uint32) (uint64, bool) {
 // position's last transaction always matches when the offset is where it ended (other domains
 // may be behind, in a position set by hand).
 func sameGTIDAt(stored mariaGTIDs, atPos string) bool {
-	p, err := parsePosition2(atPos, kindMariaGTID)
-	if err != nil {
-		return false
-	}
-	for _, g := range stored {
-		for _, h := range p.maria {
-			if g == h {
+	for _, part := range strings.Split(atPos, ",") {
+		h, err := gomysql.ParseMariadbGTID(strings.TrimSpace(part))
+		if err != nil {
+			return false // not a GTID state: not the stored transaction either
+		}
+		for _, g := range stored {
+			if g == *h {
 				return true
 			}
 		}

@@ -58,6 +58,12 @@ func TestJudgeStart(t *testing.T) {
 			startFacts{info: mysql, logs: logs, boundary: true, executed: u1 + ":1-8"}, "gtid_executed"},
 		{"MySQL: servable", offsets.Position(u1 + ":1-42;binlog=mysql-bin.000003:700;server_uuid=" + u1),
 			startFacts{info: mysql, logs: logs, boundary: true, executed: u1 + ":1-50"}, ""},
+		{"failover history: two server ids in the domain", "0-1-42;binlog=mysql-bin.000003:700;server_id=1",
+			with(ok, func(f *startFacts) { f.binlogState, f.binlogEnd = "0-1-50,0-2-60", "0-2-60" }), ""},
+		{"failover history: a GTID of the other server id", "0-2-55",
+			with(ok, func(f *startFacts) { f.binlogState, f.binlogEnd = "0-1-50,0-2-60", "0-2-60" }), ""},
+		{"failover history: a server id that never wrote", "0-3-55",
+			with(ok, func(f *startFacts) { f.binlogState, f.binlogEnd = "0-1-50,0-2-60", "0-2-60" }), "never had GTID 0-3-55"},
 		{"file position, not a boundary", "mysql-bin.000003:700;server_id=1", startFacts{info: maria, logs: logs}, "not an event boundary"},
 		{"file position, servable", "mysql-bin.000003:700;server_id=1", startFacts{info: maria, logs: logs, boundary: true}, ""},
 	} {
@@ -79,5 +85,17 @@ func TestJudgeStart(t *testing.T) {
 				t.Errorf("%s: refusal does not wrap ErrPositionLost (the pipeline would retry it): %v", tc.name, err)
 			}
 		}
+	}
+}
+
+func TestParseGTIDState(t *testing.T) {
+	for in, want := range map[string]string{"": "", "0-1-5": "0-1-5", "0-1-50,0-2-60": "0-2-60", "0-2-60, 0-1-50,1-1-3": "0-2-60,1-1-3", " 0-1-4 ": "0-1-4"} {
+		g, err := parseGTIDState(in)
+		if err != nil || g.String() != want {
+			t.Errorf("parseGTIDState(%q) = %q %v, want %q", in, g, err, want)
+		}
+	}
+	if _, err := parseGTIDState("0-1"); err == nil {
+		t.Error("parseGTIDState accepted 0-1")
 	}
 }

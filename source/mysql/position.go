@@ -67,6 +67,28 @@ func (g mariaGTIDs) set(gtid gomysql.MariadbGTID) mariaGTIDs {
 	return slices.Insert(g, i, gtid)
 }
 
+// parseGTIDState reads a MariaDB GTID state as the server reports it (gtid_binlog_state, a
+// Gtid_list event, BINLOG_GTID_POS), which may list several server ids per domain (after a
+// failover), as a position: per domain the GTID with the highest sequence number (sequence
+// numbers only grow within a domain). The empty text is the empty state.
+func parseGTIDState(text string) (mariaGTIDs, error) {
+	var g mariaGTIDs
+	for _, part := range strings.Split(text, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		x, err := gomysql.ParseMariadbGTID(part)
+		if err != nil {
+			return nil, fmt.Errorf("GTID state %q: %v", text, err)
+		}
+		if have, ok := g.seq(x.DomainID); !ok || x.SequenceNumber > have {
+			g = g.set(*x)
+		}
+	}
+	return g, nil
+}
+
 func (g mariaGTIDs) seq(domain uint32) (uint64, bool) {
 	for _, x := range g {
 		if x.DomainID == domain {

@@ -307,11 +307,11 @@ func oldestMariaState(c *client.Conn) (string, mariaGTIDs, error) {
 			if info == "" {
 				return logs[0].name, nil, nil
 			}
-			p, err := parsePosition(offsets.Position(strings.ReplaceAll(info, " ", "")))
-			if err != nil || p.kind != kindMariaGTID {
-				return logs[0].name, nil, fmt.Errorf("unexpected Gtid_list %q", info)
+			state, err := parseGTIDState(info)
+			if err != nil {
+				return logs[0].name, nil, fmt.Errorf("unexpected Gtid_list %q: %w", info, err)
 			}
-			return logs[0].name, p.maria, nil
+			return logs[0].name, state, nil
 		}
 	}
 	return logs[0].name, nil, nil

@@ -24,6 +24,14 @@ func TestStartSetting(t *testing.T) {
 	ins := "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (?, ?, ?, ?, ?)"
 	early := newEvent("early")
 	mustExec(t, c, ins, early.ID, early.AggregateType, early.AggregateID, early.Type, early.Payload)
+	// A transaction logged under another server id (as after a failover): gtid_binlog_state then
+	// lists two server ids in domain 0.
+	mustExec(t, c, "SET SESSION server_id = 2")
+	mustExec(t, c, "CREATE TABLE other_server (a INT)")
+	mustExec(t, c, "SET SESSION server_id = 1")
+	if rows, err := m.Query("", "SELECT @@GLOBAL.gtid_binlog_state"); err != nil || len(rows) != 1 || !strings.Contains(rows[0][0], "0-2-") {
+		t.Fatalf("gtid_binlog_state: %v %v, want two server ids", rows, err)
+	}
 
 	newSource := func(start string, gtid bool) *Source {
 		s := New(Config{DSN: m.DSN("app"), Tables: []string{"app.outbox"}, ServerID: serverIDs.Add(1), UseGTID: boolp(gtid),
