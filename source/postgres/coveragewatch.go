@@ -169,6 +169,9 @@ func (s *Source) coverageVerdict(now *PubShape) error {
 	}
 	handed := pglogrepl.LSN(s.ext.cov.handed.Load())
 	at := "when outboxd started"
+	if handed == 0 { // nothing handed out yet: the position Open started from
+		handed = pglogrepl.LSN(s.confirmed.Load())
+	}
 	if ns := s.ext.cov.handedAt.Load(); ns != 0 {
 		at = "at " + time.Unix(0, ns).UTC().Format(time.RFC3339Nano)
 	}
@@ -206,8 +209,10 @@ func (s *Source) refuseAge(hits []AgeHit, from pglogrepl.LSN, note string) error
 	if from == 0 {
 		return fmt.Errorf("replication slot %q (source.postgres.slot) is older than publication %q's current membership (%s): the slot decodes with the catalog as it was at each change, "+
 			"so for changes before the publication existed it fails (`publication %q does not exist`) or skips the rows. "+
-			"Drop the slot (SELECT pg_drop_replication_slot('%s')) and start outboxd again: it creates a new slot after the publication. Rows committed before that are not streamed: re-publish them from the outbox table if they matter: %w",
-			slot, pub, what, pub, slot, source.ErrPositionLost)
+			"Drop the slot (SELECT pg_drop_replication_slot('%s')) and start outboxd again: it creates a new slot after the publication "+
+			"(with a stored position it does not: create it (SELECT pg_create_logical_replication_slot('%s', 'pgoutput')) and run `outboxd offsets set -c FILE --position <its confirmed_flush_lsn>`). "+
+			"Rows committed before that are not streamed: re-publish them from the outbox table if they matter: %w",
+			slot, pub, what, pub, slot, slot, source.ErrPositionLost)
 	}
 	return fmt.Errorf("publication %q (source.postgres.publication) changed after the point replication slot %q decodes from (%s; the row's xmin is not older than the slot's catalog_xmin): "+
 		"rows committed to the outbox tables after the stored position %s and before that change were not in the publication when they were committed, so this slot never streams them, not even now. "+

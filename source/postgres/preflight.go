@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -198,11 +197,9 @@ func slotAgeCheck(ctx context.Context, conn *pgx.Conn, s *Source, shape *PubShap
 	if len(hits) == 0 {
 		return CheckResult{Name: name, OK: true, Reason: "the publication's membership is older than the slot's catalog_xmin"}
 	}
-	var from pglogrepl.LSN // check does not read the stored position: the slot's position stands in for it
-	if confirmed != nil {
-		from, _ = pglogrepl.ParseLSN(*confirmed)
-	}
-	err := s.settleAge(ctx, conn, hits, from, slotInfo{exists: true, confirmedLSN: confirmed})
+	// check does not read the stored position: the slot's confirmed position stands in for it
+	// (from 0), and the refusal reads as for a slot older than its publication.
+	err := s.settleAge(ctx, conn, hits, 0, slotInfo{exists: true, confirmedLSN: confirmed})
 	if err == nil {
 		return CheckResult{Name: name, OK: true, Reason: "the publication changes younger than the slot's catalog_xmin committed before its confirmed position (checked on a decoded copy of the slot)"}
 	}
