@@ -217,7 +217,8 @@ func TestPGCoverageTableReplaced(t *testing.T) {
 
 // TestPGCoverageShapeRefused (case 5): check FAILs and run refuses (exit non-zero, no dead
 // letters, no streaming) a publication whose column list omits payload, a STORED generated
-// payload, a publication publishing only updates, and one lacking the table.
+// payload, a publication publishing only updates, one lacking the table, and one that also
+// streams another table (the stream would stop at its first INSERT).
 func TestPGCoverageShapeRefused(t *testing.T) {
 	e := newEnv(t, "")
 	c := e.conn()
@@ -232,6 +233,8 @@ func TestPGCoverageShapeRefused(t *testing.T) {
 			"DROP PUBLICATION outboxd", "does not publish inserts"},
 		{"lacks the table", "CREATE PUBLICATION outboxd FOR TABLE public.orders WITH (publish = 'insert')",
 			"DROP PUBLICATION outboxd", "does not include public.outbox"},
+		{"also streams another table", "CREATE PUBLICATION outboxd FOR TABLE public.outbox, public.orders WITH (publish = 'insert')",
+			"DROP PUBLICATION outboxd", "also publishes inserts of public.orders"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			covExec(t, c, tc.setup)

@@ -70,6 +70,9 @@ func Preflight(ctx context.Context, cfg Config) []CheckResult {
 			Fix: "check the role may read pg_publication, pg_publication_rel, pg_class and pg_replication_slots"})
 	}
 	out = append(out, publicationChecks(ctx, conn, shape, cfg, super)...)
+	if shape.Exists && shape.Insert {
+		out = append(out, otherTablesCheck(ctx, conn, cfg))
+	}
 
 	var plugin, walStatus, confirmed *string
 	err = conn.QueryRow(ctx, "SELECT plugin, wal_status, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", cfg.Slot).Scan(&plugin, &walStatus, &confirmed)
@@ -205,4 +208,46 @@ func slotAgeCheck(ctx context.Context, conn *pgx.Conn, s *Source, shape *PubShap
 	}
 	fix := "drop the slot (SELECT pg_drop_replication_slot('" + s.cfg.Slot + "')) and let outboxd create it after the publication; re-publish from the outbox table the rows committed after the stored position and before the publication change"
 	return CheckResult{Name: name, Reason: err.Error(), Fix: fix}
+}
+
+// otherTablesQuery lists (up to 11) relations the publication streams that are neither a
+// configured table nor a partition or inheritance descendant of one.
+const otherTablesQuery = `SELECT quote_ident(pt.schemaname) || '.' || quote_ident(pt.tablename)
+FROM pg_publication_tables pt
+WHERE pt.pubname = $1 AND NOT EXISTS (
+	WITH RECURSIVE d AS (
+		SELECT c.oid FROM unnest($2::text[], $3::text[]) AS t(s, n)
+		JOIN pg_namespace ns ON ns.nspname = t.s JOIN pg_class c ON c.relnamespace = ns.oid AND c.relname = t.n
+		UNION SELECT i.inhrelid FROM d JOIN pg_inherits i ON i.inhparent = d.oid)
+	SELECT 1 FROM d JOIN pg_class c2 ON c2.oid = d.oid JOIN pg_namespace n2 ON n2.oid = c2.relnamespace
+	WHERE n2.nspname = pt.schemaname AND c2.relname = pt.tablename)
+ORDER BY 1 LIMIT 11`
+
+// otherTablesCheck: the publication streams no other table's inserts. The stream stops at the
+// first INSERT into a relation it cannot attribute to an outbox table (decoder.go), so such a
+// publication would stop outboxd at some later moment; check says so up front.
+func otherTablesCheck(ctx context.Context, conn *pgx.Conn, cfg Config) CheckResult {
+	name := "publication " + cfg.Publication + " streams only the outbox tables"
+	schemas, names := make([]string, len(cfg.Tables)), make([]string, len(cfg.Tables))
+	for i, t := range cfg.Tables {
+		schemas[i], names[i] = splitTable(t)
+	}
+	rows, err := conn.Query(ctx, otherTablesQuery, cfg.Publication, schemas, names)
+	if err != nil {
+		return CheckResult{Name: name, Reason: err.Error(), Fix: "check the role may read pg_publication_tables"}
+	}
+	others, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return CheckResult{Name: name, Reason: err.Error(), Fix: "check the role may read pg_publication_tables"}
+	}
+	if len(others) == 0 {
+		return CheckResult{Name: name, OK: true}
+	}
+	list := strings.Join(others[:min(len(others), 10)], ", ")
+	if len(others) > 10 {
+		list += ", ..."
+	}
+	return CheckResult{Name: name,
+		Reason: fmt.Sprintf("it also publishes inserts of %s: outboxd stops at the first INSERT into a table that is not an outbox table (it never skips a row it cannot attribute)", list),
+		Fix: fmt.Sprintf("give outboxd a publication of its own (set source.postgres.publication to a new name; outboxd creates it for source.tables), or ALTER PUBLICATION %s DROP TABLE <each of them>", quoteIdent(cfg.Publication))}
 }
