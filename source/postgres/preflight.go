@@ -249,5 +249,5 @@ func otherTablesCheck(ctx context.Context, conn *pgx.Conn, cfg Config) CheckResu
 	}
 	return CheckResult{Name: name,
 		Reason: fmt.Sprintf("it also publishes inserts of %s: outboxd stops at the first INSERT into a table that is not an outbox table (it never skips a row it cannot attribute)", list),
-		Fix: fmt.Sprintf("give outboxd a publication of its own (set source.postgres.publication to a new name; outboxd creates it for source.tables), or ALTER PUBLICATION %s DROP TABLE <each of them>", quoteIdent(cfg.Publication))}
+		Fix:    fmt.Sprintf("give outboxd a publication of its own (set source.postgres.publication to a new name; outboxd creates it for source.tables), or ALTER PUBLICATION %s DROP TABLE <each of them>", quoteIdent(cfg.Publication))}
 }
