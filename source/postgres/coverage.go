@@ -39,6 +39,10 @@ type PubShape struct {
 	// SlotCatalogAge is age(catalog_xmin) of the replication slot, read in the same transaction
 	// as the ages above; -1 when the slot does not exist or has no catalog_xmin.
 	SlotCatalogAge int64
+
+	// InFlight are the xids the reading's snapshots saw as running although they had committed
+	// (see inFlightSQL): a reading with any cannot vouch for what committed before it started.
+	InFlight []string
 }
 
 // TableShape is one configured table (or one inheritance child of it).

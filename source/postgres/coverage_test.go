@@ -420,3 +420,21 @@ func TestOpenSlotAge(t *testing.T) {
 		t.Errorf("error: %v", err)
 	}
 }
+
+// TestStreamCoverageInFlightCommits: a reading whose snapshot saw a committed transaction as
+// still running (InFlight: committed, not yet visible — its catalog change may be missing from
+// the reading) vouches for nothing new; the next reading in which none of those is in flight
+// any more vouches for what the earlier one could not.
+func TestStreamCoverageInFlightCommits(t *testing.T) {
+	s, f, h := startCoverageFake(t, true)
+	f.write(t, appendKeepalive(nil, 0x500, false))
+	busy := func(xids ...string) *PubShape { p := goodShape(); p.InFlight = xids; return p }
+	h.answer(t, busy("100"))
+	noNext(t, s, 200*time.Millisecond, "idle progress after a reading with an in-flight commit")
+	h.answer(t, busy("100", "101")) // 100 still in flight
+	noNext(t, s, 200*time.Millisecond, "idle progress while the same commit is in flight")
+	h.answer(t, busy("102")) // 100 and 101 are visible now
+	if pos, rows := nextWithin(t, s, 2*time.Second); pos != "0/500" || rows != 0 {
+		t.Fatalf("Next: %s with %d rows, want idle progress 0/500", pos, rows)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -12,8 +13,15 @@ import (
 // every age() is taken against the same reference. Catalog columns that PostgreSQL 13/14 lack
 // (row filters, column lists, FOR TABLES IN SCHEMA) read as absent there.
 
-const pubShapeQuery = `SELECT oid::int8, xmin::text::int8, age(xmin)::int8, puballtables, pubinsert, pubviaroot
-	FROM pg_publication WHERE pubname = $1`
+// inFlightSQL lists the transactions this statement's snapshot sees as running although they
+// have committed (clog says so): commits whose WAL record is written — the walsender may already
+// have decoded past them — but that are not visible yet (ProcArrayEndTransaction pending, e.g.
+// while waiting for a synchronous standby). A check whose snapshot misses such a transaction
+// cannot vouch for positions after its commit (coveragewatch.go).
+const inFlightSQL = `ARRAY(SELECT x::text FROM pg_snapshot_xip(pg_current_snapshot()) AS x WHERE pg_xact_status(x) = 'committed')`
+
+const pubShapeQuery = `SELECT p.oid::int8, p.xmin::text::int8, age(p.xmin)::int8, p.puballtables, p.pubinsert, p.pubviaroot, ` + inFlightSQL + `
+	FROM (SELECT 1) AS one LEFT JOIN pg_publication p ON p.pubname = $1`
 
 const slotAgeQuery = `SELECT COALESCE(age(catalog_xmin)::int8, -1) FROM pg_replication_slots WHERE slot_name = $1`
 
@@ -31,6 +39,7 @@ func relShapeQuery(version int) string {
 		nspJoin = "LEFT JOIN pg_publication_namespace pn ON pn.pnnspid = c.relnamespace AND pn.pnpubid = (SELECT oid FROM pub)"
 	}
 	return `WITH RECURSIVE pub AS (SELECT oid FROM pg_publication WHERE pubname = $3),
+inflight AS (SELECT ` + inFlightSQL + ` AS xs),
 cfg AS (
 	SELECT t.i::int AS i, c.oid AS relid, c.relkind
 	FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(s, n, i)
@@ -49,7 +58,7 @@ SELECT r.i, r.self, COALESCE(c.oid, 0)::int8, COALESCE(c.relkind::text, ''),
 	ARRAY(SELECT a.attname::text FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum),
 	ARRAY(SELECT a.attname::text FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = 's' ORDER BY a.attnum),
 	COALESCE(pr.oid, 0)::int8, COALESCE(pr.xmin::text, '0')::int8, COALESCE(age(pr.xmin), 0)::int8,
-	` + rowFilter + `, ` + colList + `, ` + nsp + `
+	` + rowFilter + `, ` + colList + `, ` + nsp + `, (SELECT xs FROM inflight)
 FROM rels r
 LEFT JOIN pg_class c ON c.oid = r.relid
 LEFT JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -75,15 +84,19 @@ func queryShape(ctx context.Context, conn *pgx.Conn, version int, pub, slot stri
 	defer br.Close()
 
 	p := &PubShape{Name: pub, SlotCatalogAge: -1}
-	var oid, xmin int64
-	err := br.QueryRow().Scan(&oid, &xmin, &p.Age, &p.AllTables, &p.Insert, &p.ViaRoot)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-	case err != nil:
+	var (
+		oid, xmin, age             *int64
+		allTables, insert, viaRoot *bool
+		inFlight                   []string
+	)
+	if err := br.QueryRow().Scan(&oid, &xmin, &age, &allTables, &insert, &viaRoot, &inFlight); err != nil {
 		return nil, fmt.Errorf("read publication %q from pg_publication: %w", pub, err)
-	default:
-		p.Exists, p.OID, p.Xmin = true, uint32(oid), uint32(xmin)
 	}
+	if oid != nil {
+		p.Exists, p.OID, p.Xmin, p.Age = true, uint32(*oid), uint32(*xmin), *age
+		p.AllTables, p.Insert, p.ViaRoot = *allTables, *insert, *viaRoot
+	}
+	p.InFlight = inFlight
 
 	rows, err := br.Query()
 	if err != nil {
@@ -99,16 +112,21 @@ func queryShape(ctx context.Context, conn *pgx.Conn, version int, pub, slot stri
 			t                            TableShape
 			ident, name                  string
 			rowFilter                    *string
-			colList                      []string
+			colList, inFlight            []string
 		)
 		if err := rows.Scan(&i, &self, &relOID, &t.Relkind, &ident, &name, &t.Columns, &t.Generated,
-			&prOID, &prXmin, &t.Member.RelAge, &rowFilter, &colList, &pnOID, &pnXmin, &t.Member.NspAge); err != nil {
+			&prOID, &prXmin, &t.Member.RelAge, &rowFilter, &colList, &pnOID, &pnXmin, &t.Member.NspAge, &inFlight); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("read the outbox tables' publication membership: %w", err)
 		}
 		if i < 1 || i > len(tables) {
 			rows.Close()
 			return nil, fmt.Errorf("publication membership query returned table index %d of %d", i, len(tables))
+		}
+		for _, x := range inFlight {
+			if !slices.Contains(p.InFlight, x) {
+				p.InFlight = append(p.InFlight, x)
+			}
 		}
 		t.OID, t.Ident = uint32(relOID), ident
 		t.Member.RelOID, t.Member.RelXmin = uint32(prOID), uint32(prXmin)

@@ -31,6 +31,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -45,6 +46,7 @@ const (
 	defaultCoverageCheckInterval = time.Second
 	coverageRetry                = 200 * time.Millisecond
 	coverageWarnEvery            = time.Minute
+	inFlightRetry                = 5 * time.Millisecond
 )
 
 // covState is the coverage watch's state; it lives in extras.
@@ -88,7 +90,11 @@ func (s *Source) watchCoverage(ctx context.Context) {
 			conn.Close(context.Background())
 		}
 	}()
-	var lastWarn time.Time
+	var (
+		lastWarn     time.Time
+		prevInFlight []string // in-flight commits of the previous reading (see below)
+		prevEpoch    uint64   // its epoch; 0: the previous reading had none
+	)
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -120,14 +126,52 @@ func (s *Source) watchCoverage(ctx context.Context) {
 			s.fail(ferr)
 			return
 		}
-		cov.passed.Store(e)
-		if cov.want.CompareAndSwap(true, false) {
+		// A reading vouches for the positions received before it started (epoch e) only if its
+		// snapshots missed no commit (InFlight). Otherwise it vouches for those received before
+		// the previous reading started, once none of that reading's in-flight transactions is
+		// still in flight: they are visible now, so this reading saw their catalog changes.
+		next := s.cfg.CoverageCheckInterval
+		before := cov.passed.Load()
+		switch {
+		case len(now.InFlight) == 0:
+			cov.advance(e)
+		case prevEpoch != 0 && disjoint(prevInFlight, now.InFlight):
+			cov.advance(prevEpoch)
+		}
+		if len(now.InFlight) > 0 {
+			prevInFlight, prevEpoch = now.InFlight, e
+			if cov.want.Load() {
+				next = inFlightRetry // the stream waits: look again soon
+			}
+		} else {
+			prevInFlight, prevEpoch = nil, 0
+		}
+		if cov.passed.Load() > before && cov.want.CompareAndSwap(true, false) {
 			if w := s.waker.Load(); w != nil {
-				w.wake()
+				w.wake() // the stream re-checks what it waits for, and asks again if need be
 			}
 		}
-		t.Reset(s.cfg.CoverageCheckInterval)
+		t.Reset(next)
 	}
+}
+
+// advance raises passed to e.
+func (c *covState) advance(e uint64) {
+	for {
+		old := c.passed.Load()
+		if e <= old || c.passed.CompareAndSwap(old, e) {
+			return
+		}
+	}
+}
+
+func disjoint(a, b []string) bool {
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Source) readCoverage(ctx context.Context, conn **pgx.Conn) (*PubShape, error) {
