@@ -24,6 +24,8 @@ package postgres
 // WAL order, so every transaction whose commit record starts before the message's LSN has been
 // sent before the message; one that commits later ends after that LSN and is streamed again
 // after a restart from it.
+// Like every position without rows, a heartbeat's is handed out only once a publication
+// coverage check that started after it arrived has passed (coveragewatch.go).
 
 import (
 	"context"
