@@ -21,6 +21,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/jackc/pglogrepl"
 )
 
 // PubShape is the publication and the configured tables as the catalog shows them.
@@ -39,6 +41,9 @@ type PubShape struct {
 	// SlotCatalogAge is age(catalog_xmin) of the replication slot, read in the same transaction
 	// as the ages above; -1 when the slot does not exist or has no catalog_xmin.
 	SlotCatalogAge int64
+
+	// ReadAt is the server's WAL flush position read before the reading's snapshots.
+	ReadAt pglogrepl.LSN
 
 	// InFlight are the xids the reading's snapshots saw as running although they had committed
 	// (see inFlightSQL): a reading with any cannot vouch for what committed before it started.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/outboxd/outboxd/source"
@@ -210,6 +211,9 @@ func (h *coverageHook) answer(t *testing.T, p *PubShape) {
 	}
 }
 
+// at is goodShape read when the server's WAL flush position was l.
+func at(l uint64) *PubShape { p := goodShape(); p.ReadAt = pglogrepl.LSN(l); return p }
+
 func startCoverageFake(t *testing.T, single bool) (*Source, *fakeWalsender, *coverageHook) {
 	h := newCoverageHook()
 	s, f := startFakeWith(t, Config{StandbyTimeout: 10 * time.Second, CoverageCheckInterval: time.Hour}, 0x10, func(s *Source) {
@@ -217,7 +221,7 @@ func startCoverageFake(t *testing.T, single bool) (*Source, *fakeWalsender, *cov
 		s.ext.cov.base.Store(goodShape())
 		s.ext.cov.single = single
 	})
-	h.answer(t, goodShape()) // the watcher's first check at start
+	h.answer(t, at(0x10)) // the watcher's first check at start
 	return s, f, h
 }
 
@@ -230,14 +234,17 @@ func noNext(t *testing.T, s *Source, d time.Duration, what string) {
 	}
 }
 
-// TestStreamCoverageGatesIdleProgress: keepalive idle progress waits for a coverage check that
-// started after the keepalive; a check that finds a change stops the source (ErrPositionLost)
-// and the position it gated is never handed out.
+// TestStreamCoverageGatesIdleProgress: keepalive idle progress waits for a passed coverage
+// reading whose WAL flush position reaches it (a reading from before does not do); a reading
+// that finds a change stops the source (ErrPositionLost) and the position it gated is never
+// handed out.
 func TestStreamCoverageGatesIdleProgress(t *testing.T) {
 	s, f, h := startCoverageFake(t, true)
 	f.write(t, appendKeepalive(nil, 0x500, false))
-	noNext(t, s, 300*time.Millisecond, "idle progress before a check started after the keepalive")
-	h.answer(t, goodShape())
+	noNext(t, s, 300*time.Millisecond, "idle progress before a reading reaching it")
+	h.answer(t, at(0x4FF)) // a reading that was under way before the keepalive came
+	noNext(t, s, 300*time.Millisecond, "idle progress after a reading short of it")
+	h.answer(t, at(0x500))
 	if pos, rows := nextWithin(t, s, 2*time.Second); pos != "0/500" || rows != 0 {
 		t.Fatalf("Next: %s with %d rows, want idle progress 0/500", pos, rows)
 	}
@@ -250,7 +257,7 @@ func TestStreamCoverageGatesIdleProgress(t *testing.T) {
 	h.answer(t, nil)
 	noNext(t, s, 400*time.Millisecond, "idle progress after a failed check")
 
-	dropped := goodShape()
+	dropped := at(0x600)
 	dropped.Tables[0].Member = Membership{}
 	h.answer(t, dropped)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -271,7 +278,8 @@ func TestStreamCoverageGatesIdleProgress(t *testing.T) {
 
 // TestStreamCoverageDataFastPath: with a single relation, a data transaction without a new
 // Relation message is handed out with no coverage check; one after a Relation message waits for
-// a check; with several relations every transaction waits.
+// a reading covering it; with several relations every transaction waits, and one reading covers
+// every transaction committed before it (a backlog is not checked transaction by transaction).
 func TestStreamCoverageDataFastPath(t *testing.T) {
 	s, f, h := startCoverageFake(t, true)
 	var b []byte
@@ -279,7 +287,7 @@ func TestStreamCoverageDataFastPath(t *testing.T) {
 	b = appendOutboxTx(b, testInsert(), 1, 0x100)
 	f.write(t, b)
 	noNext(t, s, 300*time.Millisecond, "the first transaction after a Relation message")
-	h.answer(t, goodShape())
+	h.answer(t, at(0x100))
 	if pos, _ := nextWithin(t, s, 2*time.Second); pos != "0/100" {
 		t.Fatalf("Next: %s, want 0/100", pos)
 	}
@@ -295,7 +303,7 @@ func TestStreamCoverageDataFastPath(t *testing.T) {
 	b = appendXLogData(nil, 0x218, 0x218, relMsg(1, "public", "outbox", outboxCols...))
 	f.write(t, appendOutboxTx(b, testInsert(), 1, 0x300))
 	noNext(t, s, 300*time.Millisecond, "a transaction after a new Relation message")
-	readded := goodShape()
+	readded := at(0x300)
 	readded.Tables[0].Member.RelOID = 601
 	h.answer(t, readded)
 	if _, err := s.Next(context.Background()); !errors.Is(err, source.ErrPositionLost) || !strings.Contains(err.Error(), "added again") {
@@ -305,15 +313,29 @@ func TestStreamCoverageDataFastPath(t *testing.T) {
 	s2, f2, h2 := startCoverageFake(t, false) // several relations: no fast path
 	b = appendXLogData(nil, 0x18, 0x18, relMsg(1, "public", "outbox", outboxCols...))
 	f2.write(t, appendOutboxTx(b, testInsert(), 1, 0x100))
-	h2.answer(t, goodShape())
+	h2.answer(t, at(0x100))
 	if pos, _ := nextWithin(t, s2, 2*time.Second); pos != "0/100" {
 		t.Fatalf("Next: %s, want 0/100", pos)
 	}
 	f2.write(t, appendOutboxTx(nil, testInsert(), 1, 0x200))
 	noNext(t, s2, 300*time.Millisecond, "a data transaction with several relations")
-	h2.answer(t, goodShape())
+	h2.answer(t, at(0x1000)) // the server had flushed far more: a backlog
 	if pos, _ := nextWithin(t, s2, 2*time.Second); pos != "0/200" {
 		t.Fatalf("Next: %s, want 0/200", pos)
+	}
+	calls = h2.calls.Load()
+	var backlog []byte
+	for l := uint64(0x300); l <= 0x900; l += 0x100 {
+		backlog = appendOutboxTx(backlog, testInsert(), 1, l)
+	}
+	f2.write(t, backlog)
+	for l := 0x300; l <= 0x900; l += 0x100 {
+		if pos, _ := nextWithin(t, s2, 500*time.Millisecond); pos != lsnPosition(pglogrepl.LSN(l)) {
+			t.Fatalf("backlog: Next %s, want %s", pos, lsnPosition(pglogrepl.LSN(l)))
+		}
+	}
+	if h2.calls.Load() != calls {
+		t.Errorf("backlog transactions covered by a passed reading waited for %d more", h2.calls.Load()-calls)
 	}
 }
 
@@ -428,12 +450,12 @@ func TestOpenSlotAge(t *testing.T) {
 func TestStreamCoverageInFlightCommits(t *testing.T) {
 	s, f, h := startCoverageFake(t, true)
 	f.write(t, appendKeepalive(nil, 0x500, false))
-	busy := func(xids ...string) *PubShape { p := goodShape(); p.InFlight = xids; return p }
-	h.answer(t, busy("100"))
+	busy := func(l uint64, xids ...string) *PubShape { p := at(l); p.InFlight = xids; return p }
+	h.answer(t, busy(0x500, "100"))
 	noNext(t, s, 200*time.Millisecond, "idle progress after a reading with an in-flight commit")
-	h.answer(t, busy("100", "101")) // 100 still in flight
+	h.answer(t, busy(0x510, "100", "101")) // 100 still in flight
 	noNext(t, s, 200*time.Millisecond, "idle progress while the same commit is in flight")
-	h.answer(t, busy("102")) // 100 and 101 are visible now
+	h.answer(t, busy(0x520, "102")) // 100 and 101 are visible now: the reading at 0/500 holds
 	if pos, rows := nextWithin(t, s, 2*time.Second); pos != "0/500" || rows != 0 {
 		t.Fatalf("Next: %s with %d rows, want idle progress 0/500", pos, rows)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -19,6 +20,10 @@ import (
 // while waiting for a synchronous standby). A check whose snapshot misses such a transaction
 // cannot vouch for positions after its commit (coveragewatch.go).
 const inFlightSQL = `ARRAY(SELECT x::text FROM pg_snapshot_xip(pg_current_snapshot()) AS x WHERE pg_xact_status(x) = 'committed')`
+
+// flushQuery is the first statement of a reading: the server's WAL flush position before the
+// reading's snapshots are taken. Every commit up to it is visible to them (or in InFlight).
+const flushQuery = `SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_flush_lsn() END)::text`
 
 const pubShapeQuery = `SELECT p.oid::int8, p.xmin::text::int8, age(p.xmin)::int8, p.puballtables, p.pubinsert, p.pubviaroot, ` + inFlightSQL + `
 	FROM (SELECT 1) AS one LEFT JOIN pg_publication p ON p.pubname = $1`
@@ -75,6 +80,7 @@ func queryShape(ctx context.Context, conn *pgx.Conn, version int, pub, slot stri
 		schemas[i], names[i] = splitTable(t)
 	}
 	b := &pgx.Batch{}
+	b.Queue(flushQuery)
 	b.Queue(pubShapeQuery, pub)
 	b.Queue(relShapeQuery(version), schemas, names, pub)
 	if slot != "" {
@@ -84,6 +90,15 @@ func queryShape(ctx context.Context, conn *pgx.Conn, version int, pub, slot stri
 	defer br.Close()
 
 	p := &PubShape{Name: pub, SlotCatalogAge: -1}
+	var flush string
+	if err := br.QueryRow().Scan(&flush); err != nil {
+		return nil, fmt.Errorf("read the WAL flush position: %w", err)
+	}
+	readAt, err := pglogrepl.ParseLSN(flush)
+	if err != nil {
+		return nil, fmt.Errorf("read the WAL flush position: %q: %w", flush, err)
+	}
+	p.ReadAt = readAt
 	var (
 		oid, xmin, age             *int64
 		allTables, insert, viaRoot *bool

@@ -8,25 +8,31 @@ package postgres
 // (Next returns an error wrapping source.ErrPositionLost: exit 1) as soon as a reading has a
 // problem or differs from the baseline (coverage.go, Changes).
 //
+// Each reading first reads the server's WAL flush position (ReadAt), then the catalog in a new
+// snapshot: every transaction whose commit record is at or before ReadAt is visible to that
+// snapshot — unless it is still in the commit window (commit record flushed, not yet visible,
+// e.g. waiting for a synchronous standby), which the reading reports (InFlight). A passed
+// reading with ReadAt R and no InFlight therefore proves that no catalog change committed up to
+// R broke the coverage: positions up to R are safe (passed = R). A reading with InFlight proves
+// that for the previous reading's R, once none of the previous reading's in-flight transactions
+// is in flight any more. (The one window not covered: a commit record flushed but its clog
+// entry not yet written, microseconds without any wait in between.)
+//
 // The stream loop (stream.go) hands out a position only when no row before it can have been
 // missed:
-//   - a Tx without rows (keepalive or heartbeat idle progress, an empty transaction) only once a
-//     coverage check that STARTED after the position was received has passed: such a check sees
-//     every catalog change committed before the position, so a change that made rows before it
-//     vanish is caught before the position is stored or confirmed;
+//   - a Tx without rows (keepalive or heartbeat idle progress, an empty transaction) only once
+//     passed >= its position; it asks for a reading and waits for it;
 //   - a Tx with rows likewise, except in the single-relation case (one configured table without
-//     inheritance children) when no Relation message arrived since the start of the last passed
-//     check: pgoutput re-sends a relation's Relation message before its next row after any
+//     inheritance children) when passed covers the last transaction that came with a Relation
+//     message: pgoutput re-sends a relation's Relation message before its next row after any
 //     invalidation of it — ALTER PUBLICATION ADD/DROP/SET TABLE and SET (...) invalidate every
-//     member, a new inheritance child invalidates its parent — so a row of the only relation
-//     arriving without one proves the relation stayed published, with the same options, since a
-//     check that passed. In that case data transactions get no added latency. With several
-//     relations a row of one proves nothing about the others (one may have been dropped from
-//     the publication while the other's rows flow), so every hand-out waits for a check.
-//
-// Epochs order checks and receipts without clocks: a check takes epoch.Add(1) before sending
-// its query; the loop stamps what it receives with epoch.Load(). A check with epoch e started
-// after a receipt stamped r iff e > r.
+//     member, a new inheritance child invalidates its parent (checked with pg_recvlogical on
+//     PostgreSQL 15) — so a row of the only relation arriving without one proves the relation
+//     stayed published, with the same options, since a passed reading. Data transactions then
+//     get no added latency. With several relations a row of one proves nothing about the others
+//     (one may have left the publication while the other's rows flow), so every transaction
+//     waits until a reading covers it; one reading covers every transaction committed before it
+//     started, so a backlog drains at full speed and live traffic waits about one reading.
 
 import (
 	"context"
@@ -55,8 +61,7 @@ type covState struct {
 	version int                      // server_version_num
 	single  bool                     // base.singleRelation(): the fast path for data transactions applies
 
-	epoch  atomic.Uint64 // incremented at the start of every check
-	passed atomic.Uint64 // epoch of the newest check that passed
+	passed atomic.Uint64 // positions up to this LSN are vouched for by a passed reading
 	want   atomic.Bool   // the stream loop waits for a check to pass: wake it
 	req    chan struct{} // capacity 1: the stream loop asks for a check now
 
@@ -92,8 +97,8 @@ func (s *Source) watchCoverage(ctx context.Context) {
 	}()
 	var (
 		lastWarn     time.Time
-		prevInFlight []string // in-flight commits of the previous reading (see below)
-		prevEpoch    uint64   // its epoch; 0: the previous reading had none
+		prevInFlight []string      // in-flight commits of the previous reading (see below)
+		prevReadAt   pglogrepl.LSN // its ReadAt; 0: the previous reading had none
 	)
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -104,7 +109,6 @@ func (s *Source) watchCoverage(ctx context.Context) {
 		case <-t.C:
 		case <-cov.req:
 		}
-		e := cov.epoch.Add(1)
 		now, err := s.readCoverage(ctx, &conn)
 		if ctx.Err() != nil {
 			return
@@ -126,25 +130,24 @@ func (s *Source) watchCoverage(ctx context.Context) {
 			s.fail(ferr)
 			return
 		}
-		// A reading vouches for the positions received before it started (epoch e) only if its
-		// snapshots missed no commit (InFlight). Otherwise it vouches for those received before
-		// the previous reading started, once none of that reading's in-flight transactions is
-		// still in flight: they are visible now, so this reading saw their catalog changes.
+		// A reading vouches for positions up to its ReadAt only if its snapshots missed no
+		// commit (InFlight); otherwise for the previous reading's ReadAt, once none of that
+		// reading's in-flight transactions is in flight any more (see the file comment).
 		next := s.cfg.CoverageCheckInterval
 		before := cov.passed.Load()
 		switch {
 		case len(now.InFlight) == 0:
-			cov.advance(e)
-		case prevEpoch != 0 && disjoint(prevInFlight, now.InFlight):
-			cov.advance(prevEpoch)
+			cov.advance(now.ReadAt)
+		case prevReadAt != 0 && disjoint(prevInFlight, now.InFlight):
+			cov.advance(prevReadAt)
 		}
 		if len(now.InFlight) > 0 {
-			prevInFlight, prevEpoch = now.InFlight, e
+			prevInFlight, prevReadAt = now.InFlight, now.ReadAt
 			if cov.want.Load() {
 				next = inFlightRetry // the stream waits: look again soon
 			}
 		} else {
-			prevInFlight, prevEpoch = nil, 0
+			prevInFlight, prevReadAt = nil, 0
 		}
 		if cov.passed.Load() > before && cov.want.CompareAndSwap(true, false) {
 			if w := s.waker.Load(); w != nil {
@@ -155,11 +158,11 @@ func (s *Source) watchCoverage(ctx context.Context) {
 	}
 }
 
-// advance raises passed to e.
-func (c *covState) advance(e uint64) {
+// advance raises passed to l.
+func (c *covState) advance(l pglogrepl.LSN) {
 	for {
 		old := c.passed.Load()
-		if e <= old || c.passed.CompareAndSwap(old, e) {
+		if uint64(l) <= old || c.passed.CompareAndSwap(old, uint64(l)) {
 			return
 		}
 	}

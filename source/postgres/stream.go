@@ -35,11 +35,12 @@ type stream struct {
 	idleCand pglogrepl.LSN // highest WAL end a keepalive reported
 	lastIdle time.Time     // when idle progress was last handed out
 
-	// Coverage epochs (coveragewatch.go): the watcher's epoch when the current message was
-	// received, when idleCand was raised, when out was received, and when the last Relation
-	// message arrived. out may be handed out once a check with a higher epoch passed.
-	recvEpoch, idleEpoch, outEpoch, relEpoch uint64
-	skipped                                  int // transactions skipped because they end at or before from
+	// Coverage (coveragewatch.go): relSeen is set by a Relation message and cleared by the next
+	// finished transaction, whose position then becomes relLSN (initially beyond any position:
+	// no data fast path before the first Relation message).
+	relSeen bool
+	relLSN  pglogrepl.LSN
+	skipped int // transactions skipped because they end at or before from
 
 	readDeadline time.Time   // read deadline last set on the connection (zero: unknown, set it)
 	timer        *time.Timer // bounds a blocked hand-off to Next; stopped when not in use
@@ -48,7 +49,7 @@ type stream struct {
 func newStream(s *Source, conn *pgconn.PgConn, from pglogrepl.LSN) *stream {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	return &stream{s: s, conn: conn, dec: s.newDecoder(), w: s.waker.Load(),
+	return &stream{relLSN: ^pglogrepl.LSN(0), s: s, conn: conn, dec: s.newDecoder(), w: s.waker.Load(),
 		from: from, lastHanded: from, timer: t}
 }
 
@@ -113,7 +114,6 @@ func (st *stream) loop(ctx context.Context) error {
 		}
 		if !st.hasOut && st.idleReady() && !now.Before(st.lastIdle.Add(idle)) {
 			st.setOut(source.Tx{Position: lsnPosition(st.idleCand)}, st.idleCand)
-			st.outEpoch = st.idleEpoch // the keepalive's receipt, not now
 			st.lastIdle = now
 		}
 
@@ -186,7 +186,9 @@ func (st *stream) handOff(done <-chan struct{}, now, deadline time.Time, confirm
 
 func (st *stream) setOut(tx source.Tx, l pglogrepl.LSN) {
 	st.out, st.outLSN, st.hasOut = tx, l, true
-	st.outEpoch = st.recvEpoch
+	if st.relSeen && len(tx.Rows) > 0 {
+		st.relLSN, st.relSeen = l, false
+	}
 }
 
 func (st *stream) handed() {
@@ -197,15 +199,15 @@ func (st *stream) handed() {
 }
 
 // cleared reports whether out may be handed out without passing a possibly missed row (see
-// coveragewatch.go): a coverage check that started after out was received has passed, or out
-// has rows of the only streamed relation and no Relation message came since the start of the
-// last passed check.
+// coveragewatch.go): a coverage check that read the server's WAL flush position at or past
+// out's position before taking its snapshot has passed, or out has rows of the only streamed
+// relation and such a check covers the last transaction that came with a Relation message.
 func (st *stream) cleared() bool {
-	passed := st.s.ext.cov.passed.Load()
-	if passed > st.outEpoch {
+	passed := pglogrepl.LSN(st.s.ext.cov.passed.Load())
+	if passed >= st.outLSN {
 		return true
 	}
-	return len(st.out.Rows) > 0 && st.s.ext.cov.single && passed > st.relEpoch
+	return len(st.out.Rows) > 0 && st.s.ext.cov.single && !st.relSeen && passed >= st.relLSN
 }
 
 // awaitCoverage asks the coverage watch for a check and waits for it (the watcher wakes the
@@ -238,7 +240,6 @@ func (st *stream) receive(done <-chan struct{}, deadline time.Time, confirmWake 
 		return nil
 	}
 	msg, err := st.conn.ReceiveMessage(context.Background()) // no context to watch: see waker
-	st.recvEpoch = st.s.ext.cov.epoch.Load()
 	if err != nil {
 		if pgconn.Timeout(err) { // the deadline or a wake (only the loop and waker set deadlines)
 			st.readDeadline = time.Time{} // a wake moved it: set it again
@@ -249,7 +250,7 @@ func (st *stream) receive(done <-chan struct{}, deadline time.Time, confirmWake 
 	switch m := msg.(type) {
 	case *pgproto3.CopyData:
 		if isRelationMessage(m.Data) {
-			st.relEpoch = st.recvEpoch
+			st.relSeen = true
 		}
 		return st.handleCopyData(m.Data)
 	case *pgproto3.ErrorResponse:
@@ -277,7 +278,6 @@ func (st *stream) handleCopyData(data []byte) error {
 		st.noteWALEnd(pkm.ServerWALEnd)
 		if pkm.ServerWALEnd > st.idleCand {
 			st.idleCand = pkm.ServerWALEnd
-			st.idleEpoch = st.recvEpoch
 		}
 		if pkm.ReplyRequested {
 			st.replyNow = true

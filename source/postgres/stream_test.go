@@ -73,7 +73,9 @@ func startFakeWith(tb testing.TB, cfg Config, from pglogrepl.LSN, prep func(*Sou
 	cfg.SlotCheckInterval = -1
 	s := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	s.opened = true
-	s.ext.cov.readShape = func(context.Context) (*PubShape, error) { return &PubShape{}, nil } // no baseline: every check passes
+	s.ext.cov.readShape = func(context.Context) (*PubShape, error) { // no baseline: every check passes, covering everything
+		return &PubShape{ReadAt: ^pglogrepl.LSN(0)}, nil
+	}
 	if prep != nil {
 		prep(s)
 	}
