@@ -88,6 +88,11 @@ func TestDockerCompose(t *testing.T) {
 				t.Errorf("service %s: its config does not load: %v", name, err)
 				continue
 			}
+			// A MySQL run without a stored position and without source.mysql.start is refused
+			// (issue 11): the demo's first run must say where to start.
+			if cfg.Source.Type == "mysql" && cfg.Source.MySQL.Start == "" {
+				t.Errorf("service %s: a mysql source needs source.mysql.start (the first run has no stored position)", name)
+			}
 			for _, br := range cfg.Kafka.Brokers {
 				if host := strings.Split(br, ":")[0]; c.Services[host].Image == "" {
 					t.Errorf("service %s: broker %s is not a compose service", name, br)
