@@ -159,6 +159,18 @@ func (p *proc) stop(t *testing.T, sig syscall.Signal) int {
 	return p.code
 }
 
+// waitExitAfter waits for p to exit on its own (it must stop after what) and returns its code.
+func (p *proc) waitExitAfter(t *testing.T, within time.Duration, what string) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.code
+	case <-time.After(within):
+		t.Fatalf("outboxd still running %v after %s (it must stop); output:\n%s", within, what, p.out.String())
+		return 0
+	}
+}
+
 func (e *env) conn() *pgx.Conn {
 	e.t.Helper()
 	c, err := pgx.Connect(context.Background(), e.pg.DSN("app"))

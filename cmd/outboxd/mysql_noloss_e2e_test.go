@@ -81,18 +81,6 @@ func insertSQL(table, id, agg string) string {
 
 func noLossID(i int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", i) }
 
-// waitExit waits for p to exit and returns its code.
-func waitExit(t *testing.T, p *proc, d time.Duration, what string) int {
-	t.Helper()
-	select {
-	case <-p.done:
-		return p.code
-	case <-time.After(d):
-		t.Fatalf("outboxd still running %v after %s (it must stop); output:\n%s", d, what, p.out.String())
-	}
-	return 0
-}
-
 // deliverSome writes n rows through the running outboxd and waits until they are in Kafka and
 // the stored position has reached them; it returns that GTID sequence number.
 func (e *mysqlEnv) deliverSome(table string, from, n int) int {
@@ -114,7 +102,7 @@ func (e *mysqlEnv) deliverSome(table string, from, n int) int {
 // position did not pass sequence number before (the last transaction before the offending one).
 func (e *mysqlEnv) expectStop(p *proc, before int, parts ...string) {
 	e.t.Helper()
-	if code := waitExit(e.t, p, 30*time.Second, "the offending transaction"); code != 1 {
+	if code := p.waitExitAfter(e.t, 30*time.Second, "the offending transaction"); code != 1 {
 		e.t.Fatalf("exit %d, want 1; output:\n%s", code, p.out.String())
 	}
 	for _, part := range parts {

@@ -47,18 +47,6 @@ func covExec(t *testing.T, c *pgx.Conn, sql string) {
 	}
 }
 
-// waitExit waits for p to exit and returns its code.
-func covWaitExit(t *testing.T, p *proc, within time.Duration, what string) int {
-	t.Helper()
-	select {
-	case <-p.done:
-		return p.code
-	case <-time.After(within):
-		t.Fatalf("%s: outboxd still running after %v; output:\n%s", what, within, p.out.String())
-		return 0
-	}
-}
-
 // busy writes to another table until stop is closed, so keepalives (idle progress candidates)
 // keep moving past the rows that may be missed.
 func covBusy(t *testing.T, e *env) (stop func()) {
@@ -127,8 +115,8 @@ func TestPGCoverageRowFilterRefused(t *testing.T) {
 		t.Fatalf("check with a row filter: exit %d, want 1 with a FAIL naming the row filter and the fix:\n%s", code, out)
 	}
 	p := startProc(t, e.cfgPath)
-	if code := covWaitExit(t, p, 20*time.Second, "run with a row filter"); code == 0 {
-		t.Fatalf("run exited 0:\n%s", p.out.String())
+	if code := p.waitExitAfter(t, 20*time.Second, "run with a row filter"); code != 1 {
+		t.Fatalf("run: exit %d, want 1 (a refusal):\n%s", code, p.out.String())
 	}
 	if s := p.out.String(); strings.Contains(s, "replication started") || !strings.Contains(s, "row filter") {
 		t.Fatalf("run must refuse before streaming, naming the row filter:\n%s", s)
@@ -152,7 +140,7 @@ func TestPGCoverageDropTableWhileRunning(t *testing.T) {
 	covExec(t, c, "ALTER PUBLICATION outboxd DROP TABLE public.outbox")
 	limit := covLSN(t, c)
 	e.insert(c, "missed", 3)
-	code := covWaitExit(t, p, 10*time.Second, "after DROP TABLE from the publication")
+	code := p.waitExitAfter(t, 10*time.Second, "after DROP TABLE from the publication")
 	stopBusy()
 	if code != 1 {
 		t.Fatalf("exit %d, want 1:\n%s", code, p.out.String())
@@ -168,8 +156,8 @@ func TestPGCoverageDropTableWhileRunning(t *testing.T) {
 	covExec(t, c, "ALTER PUBLICATION outboxd ADD TABLE public.outbox")
 	e.insert(c, "after", 1)
 	p2 := startProc(t, e.cfgPath)
-	if code := covWaitExit(t, p2, 20*time.Second, "restart after ADD TABLE"); code == 0 {
-		t.Fatalf("restart after ADD TABLE exited 0:\n%s", p2.out.String())
+	if code := p2.waitExitAfter(t, 20*time.Second, "restart after ADD TABLE"); code != 1 {
+		t.Fatalf("restart after ADD TABLE: exit %d, want 1 (a refusal):\n%s", code, p2.out.String())
 	}
 	out = p2.out.String()
 	// run's preflight refuses first (the slot is older than the table's new membership); Open
@@ -202,7 +190,7 @@ func TestPGCoverageTableReplaced(t *testing.T) {
 			covExec(t, c, tc.sql)
 			limit := covLSN(t, c)
 			e.insert(c, "missed", 3)
-			code := covWaitExit(t, p, 10*time.Second, "after the table was replaced")
+			code := p.waitExitAfter(t, 10*time.Second, "after the table was replaced")
 			stopBusy()
 			if code != 1 {
 				t.Fatalf("exit %d, want 1:\n%s", code, p.out.String())
@@ -244,8 +232,8 @@ func TestPGCoverageShapeRefused(t *testing.T) {
 				t.Fatalf("check: exit %d, want 1 with a FAIL saying %q:\n%s", code, tc.want, out)
 			}
 			p := startProc(t, e.cfgPath)
-			if code := covWaitExit(t, p, 20*time.Second, "run"); code == 0 {
-				t.Fatalf("run exited 0:\n%s", p.out.String())
+			if code := p.waitExitAfter(t, 20*time.Second, "run"); code != 1 {
+				t.Fatalf("run: exit %d, want 1 (a refusal):\n%s", code, p.out.String())
 			}
 			if s := p.out.String(); strings.Contains(s, "replication started") || !strings.Contains(s, tc.want) {
 				t.Fatalf("run must refuse before streaming, saying %q:\n%s", tc.want, s)
@@ -269,8 +257,8 @@ func TestPGCoverageSlotBeforePublication(t *testing.T) {
 	}
 	start := time.Now()
 	p := startProc(t, e.cfgPath)
-	if code := covWaitExit(t, p, 15*time.Second, "run with a slot older than the publication"); code == 0 {
-		t.Fatalf("exit 0:\n%s", p.out.String())
+	if code := p.waitExitAfter(t, 15*time.Second, "run with a slot older than the publication"); code != 1 {
+		t.Fatalf("exit %d, want 1 (a refusal):\n%s", code, p.out.String())
 	}
 	out = p.out.String()
 	if !strings.Contains(out, "pg_drop_replication_slot('outboxd')") || strings.Contains(out, "reconnecting") || strings.Contains(out, "retrying") {
@@ -342,7 +330,7 @@ func TestPGCoverageNewInheritanceChild(t *testing.T) {
 	limit := covLSN(t, c)
 	e.insertInto(c, "public.outbox_archive", "agg-missed", "", 2)
 	e.insertInto(c, "public.outbox", "agg-parent", "", 1)
-	if code := covWaitExit(t, p, 10*time.Second, "after a new inheritance child"); code != 1 {
+	if code := p.waitExitAfter(t, 10*time.Second, "after a new inheritance child"); code != 1 {
 		t.Fatalf("exit %d, want 1:\n%s", code, p.out.String())
 	}
 	if out := p.out.String(); !strings.Contains(out, "public.outbox_archive") {
@@ -369,7 +357,7 @@ func TestPGCoveragePartitionedNeedsViaRoot(t *testing.T) {
 		t.Fatalf("check: exit %d, want a FAIL naming publish_via_partition_root:\n%s", code, out)
 	}
 	p := startProc(t, e.cfgPath)
-	if code := covWaitExit(t, p, 20*time.Second, "run"); code == 0 || strings.Contains(p.out.String(), "replication started") {
+	if code := p.waitExitAfter(t, 20*time.Second, "run"); code != 1 || strings.Contains(p.out.String(), "replication started") {
 		t.Fatalf("run: exit %d:\n%s", code, p.out.String())
 	}
 	covExec(t, c, "DROP PUBLICATION outboxd")
