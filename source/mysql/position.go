@@ -80,7 +80,7 @@ func parseGTIDState(text string) (mariaGTIDs, error) {
 		}
 		x, err := gomysql.ParseMariadbGTID(part)
 		if err != nil {
-			return nil, fmt.Errorf("GTID state %q: %v", text, err)
+			return nil, fmt.Errorf("GTID state %q: %w", text, err)
 		}
 		if have, ok := g.seq(x.DomainID); !ok || x.SequenceNumber > have {
 			g = g.set(*x)

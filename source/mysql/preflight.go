@@ -54,7 +54,7 @@ func readPreflight(c *client.Conn, captured map[tableKey]string) (preflight, err
 		return p, fmt.Errorf("read lower_case_table_names: %w", err)
 	}
 	if p.LowerCaseNames, err = strconv.Atoi(strings.TrimSpace(rows[0][0])); err != nil {
-		return p, fmt.Errorf("lower_case_table_names %q: %v", rows[0][0], err)
+		return p, fmt.Errorf("lower_case_table_names %q: %w", rows[0][0], err)
 	}
 	if rows, err = query(c, "SHOW BINARY LOG STATUS"); err != nil { // MySQL 8.2+ (MariaDB: SHOW MASTER STATUS)
 		if rows, err = query(c, "SHOW MASTER STATUS"); err != nil {

@@ -199,7 +199,7 @@ func binlogStatus(c *client.Conn) (binlogStat, error) {
 	}
 	n, err := strconv.ParseUint(rows[0][1], 10, 32)
 	if err != nil {
-		return binlogStat{}, fmt.Errorf("binlog status position %q: %v", rows[0][1], err)
+		return binlogStat{}, fmt.Errorf("binlog status position %q: %w", rows[0][1], err)
 	}
 	st := binlogStat{file: rows[0][0], pos: uint32(n)}
 	if len(rows[0]) > 4 {
