@@ -97,7 +97,18 @@ func TestEOSStopIsOneBudget(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- RunExactlyOnce(ctx, o) }()
-	time.Sleep(100 * time.Millisecond) // setup: the batch is being retried against the failing cluster
+	// Setup: wait until the batch is being retried against the failing cluster.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		c.mu.Lock()
+		failed := c.transientLeft < 1<<30
+		c.mu.Unlock()
+		if failed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no produce attempt against the failing cluster within 5s")
+		}
+	}
 	stopped := time.Now()
 	cancel()
 	err := <-errc
