@@ -69,13 +69,18 @@ func (a *assembler) checkStatement(h *replication.EventHeader, schema, q []byte)
 	err := fmt.Errorf("a data change to outbox table %s was logged as a statement, not as row events "+
 		"(binlog_format is STATEMENT or MIXED for the session that ran it), so its rows cannot be read from the binlog: %q; fix: %s",
 		name, truncate(string(q), 300), fixStatementFormat)
+	return a.failStatement(h, err)
+}
+
+// failStatement marks the transaction of the statement event h as one that must stop outboxd.
+// A statement outside a transaction (non-transactional table, autocommit) is its own
+// transaction: it ends here, with the error.
+func (a *assembler) failStatement(h *replication.EventHeader, err error) error {
+	a.failTx(err)
 	if !a.inTx {
-		// A statement of its own (non-transactional table, autocommit): it is its own transaction.
 		a.inTx = true
-		a.failTx(err)
 		return a.commit(h)
 	}
-	a.failTx(err)
 	return nil
 }
 
@@ -117,13 +122,7 @@ func (a *assembler) loadQuery(h *replication.EventHeader, raw []byte) error {
 	err := fmt.Errorf("a LOAD DATA that mentions an outbox table (%s) was logged as a statement, not as row events "+
 		"(binlog_format is STATEMENT or MIXED for the session that ran it), so its rows cannot be read from the binlog; fix: %s",
 		strings.Join(a.lowNames, ", "), fixStatementFormat)
-	if !a.inTx {
-		a.inTx = true
-		a.failTx(err)
-		return a.commit(h)
-	}
-	a.failTx(err)
-	return nil
+	return a.failStatement(h, err)
 }
 
 // checkImage verifies that an insert's rows event carries every column of the table: a partial
