@@ -131,7 +131,8 @@ func (a *assembler) loadQuery(h *replication.EventHeader, raw []byte) error {
 func checkImage(name string, e *replication.RowsEvent) error {
 	n := int(e.ColumnCount)
 	if e.Table != nil && uint64(n) != e.Table.ColumnCount {
-		return fmt.Errorf("an insert into outbox table %s has %d columns but its table map %d: the binlog is inconsistent", name, n, e.Table.ColumnCount)
+		return fmt.Errorf("an insert into outbox table %s has %d columns but its table map %d: the binlog is inconsistent; report it (mysqlbinlog around this position), "+
+			"then re-publish this transaction's outbox rows from the table and move the stored position past it with `outboxd offsets set --position <the position after it>`", name, n, e.Table.ColumnCount)
 	}
 	if missing := missingColumns(e.ColumnBitmap1, n); len(missing) > 0 {
 		cols := make([]string, 0, len(missing))
@@ -187,7 +188,9 @@ func (a *assembler) xaQuery(h *replication.EventHeader, q []byte) error {
 		return nil
 	case hasPrefixFold(q, qXACommit):
 		if a.inTx && !bytes.Contains(bytes.ToUpper(q), qOnePhase) && len(a.rows) > 0 {
-			return stop(fmt.Errorf("binlog %s:%d: %q inside a transaction with outbox rows: outboxd cannot tell which rows it commits; stopping", a.file, h.LogPos, q))
+			return stop(fmt.Errorf("binlog %s:%d: %q inside a transaction with outbox rows: outboxd cannot tell which rows it commits; stopping before any position past it is stored. "+
+				"Report this binlog sequence (mysqlbinlog --start-position around %d); to go on, re-publish the transaction's outbox rows from the table and "+
+				"move the stored position past it with `outboxd offsets set --position <the position after it>`", a.file, h.LogPos, q, h.LogPos))
 		}
 		return a.commit(h) // one phase: this transaction; else the outcome group of a prepared one
 	case hasPrefixFold(q, qXARollback):
