@@ -306,8 +306,17 @@ func TestStreamCoverageDataFastPath(t *testing.T) {
 	readded := at(0x300)
 	readded.Tables[0].Member.RelOID = 601
 	h.answer(t, readded)
-	if _, err := s.Next(context.Background()); !errors.Is(err, source.ErrPositionLost) || !strings.Contains(err.Error(), "added again") {
+	_, err := s.Next(context.Background())
+	if !errors.Is(err, source.ErrPositionLost) || !strings.Contains(err.Error(), "added again") {
 		t.Fatalf("Next after the table was dropped and added again: %v", err)
+	}
+	// 0/200 went out on the fast path, after the last passed reading (0/100): a publication
+	// change inside that very transaction would have dropped its later rows, so the rows to
+	// re-publish start after 0/100, not after 0/200.
+	for _, w := range []string{"rows committed to public.outbox after 0/100", "handed out transactions up to 0/200", "re-publish the rows committed after 0/100"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("stop error lacks %q: %v", w, err)
+		}
 	}
 
 	s2, f2, h2 := startCoverageFake(t, false) // several relations: no fast path

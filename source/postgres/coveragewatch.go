@@ -222,13 +222,25 @@ func (s *Source) coverageVerdict(now *PubShape) error {
 	if ns := s.ext.cov.handedAt.Load(); ns != 0 {
 		at = "at " + time.Unix(0, ns).UTC().Format(time.RFC3339Nano)
 	}
+	since := fmt.Sprintf("%s — the last position outboxd handed out (%s); the stored and confirmed positions are not past it —", handed, at)
+	// Transactions handed out on the single-relation fast path (stream.go, cleared) after the
+	// last passed reading are not vouched for: a publication change made inside such a
+	// transaction (BEGIN; INSERT; ALTER PUBLICATION … DROP TABLE; INSERT; COMMIT) drops the
+	// rows after it from that very transaction, with no Relation message to gate on. Name the
+	// last vouched position, so that the rows to re-publish include them.
+	if passed := pglogrepl.LSN(s.ext.cov.passed.Load()); passed != 0 && passed < handed {
+		since = fmt.Sprintf("%s — the last position a passed coverage check vouched for; outboxd handed out transactions up to %s (%s) without a check "+
+			"(one outbox table: the fast path), and a publication change made inside one of them drops that transaction's later rows, "+
+			"so the stored and confirmed positions may be past such rows —", passed, handed, at)
+		handed = passed
+	}
 	slot := s.cfg.Slot
 	return fmt.Errorf("publication %q (source.postgres.publication) no longer streams the outbox tables as it did when outboxd started: %s. "+
-		"pgoutput applies the publication as it was when each row was committed, so rows committed to %s after %s — the last position outboxd handed out (%s); "+
-		"the stored and confirmed positions are not past it — may be missing from the replication stream for good, even once the publication is fixed. outboxd stops. "+
+		"pgoutput applies the publication as it was when each row was committed, so rows committed to %s after %s "+
+		"may be missing from the replication stream for good, even once the publication is fixed. outboxd stops. "+
 		"To recover: %s; drop and re-create the slot (SELECT pg_drop_replication_slot('%s'); SELECT pg_create_logical_replication_slot('%s', 'pgoutput')), "+
 		"run `outboxd offsets set -c FILE --position <its confirmed_flush_lsn>` and restart; then re-publish the rows committed after %s and before the new slot was created from the outbox table (same ids: consumers deduplicate): %w",
-		s.cfg.Publication, strings.Join(what, "; "), strings.Join(s.cfg.Tables, ", "), handed, at,
+		s.cfg.Publication, strings.Join(what, "; "), strings.Join(s.cfg.Tables, ", "), since,
 		fix, slot, slot, handed, source.ErrPositionLost)
 }
 
