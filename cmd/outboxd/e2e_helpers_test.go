@@ -53,7 +53,14 @@ type env struct {
 
 func newEnv(t *testing.T, extraYAML string) *env {
 	t.Helper()
-	e := &env{t: t, pg: testenv.NewPostgres(t), broker: testenv.NewBroker(t), dir: t.TempDir()}
+	return newEnvOn(t, testenv.NewBroker(t), extraYAML)
+}
+
+// newEnvOn is newEnv on a given broker. For Apache Kafka pass &testenv.Broker{Port: k.Port}: a
+// handle whose Addr is that broker's; it has no kfake Cluster (no fault hooks) and is never started.
+func newEnvOn(t *testing.T, broker *testenv.Broker, extraYAML string) *env {
+	t.Helper()
+	e := &env{t: t, pg: testenv.NewPostgres(t), broker: broker, dir: t.TempDir()}
 	ctx := context.Background()
 	if err := e.pg.Exec(ctx, "app", testenv.OutboxDDL, "CREATE TABLE public.orders (id serial PRIMARY KEY, note text)"); err != nil {
 		t.Fatal(err)

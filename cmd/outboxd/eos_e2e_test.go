@@ -205,8 +205,10 @@ func (e *env) slotConfirmedLSN(c *pgx.Conn) string { return e.slotConfirmed(c) }
 // TestEOSDeliversOnceAndResumes: every row once for a read_committed consumer, per-key order,
 // the position in offsets.topic, the slot confirmed no further than it, and a SIGTERM restart
 // that resumes from the committed position.
-func TestEOSDeliversOnceAndResumes(t *testing.T) {
-	e := newEOSEnv(t)
+func TestEOSDeliversOnceAndResumes(t *testing.T) { testEOSDeliversOnceAndResumes(t, newEOSEnv(t)) }
+
+// testEOSDeliversOnceAndResumes runs TestEOSDeliversOnceAndResumes on e and returns the ids written.
+func testEOSDeliversOnceAndResumes(t *testing.T, e *env) []string {
 	c := e.conn()
 	p := e.startWith(true)
 	var want []string
@@ -252,6 +254,7 @@ func TestEOSDeliversOnceAndResumes(t *testing.T) {
 	if code := p.stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
+	return want
 }
 
 // TestEOSSIGKILLLoop kills outboxd with SIGKILL about every second, five times, under a
@@ -341,8 +344,9 @@ func pipelineCrashEnv(point string) string { return "OUTBOXD_TEST_CRASH_AT=" + p
 // fences the second in turn and delivers everything of its own slot exactly once. (Two
 // instances with the same whole configuration do not fence each other: the second waits as a
 // hot standby until the first is gone, internal/app/standby.go.)
-func TestEOSFencing(t *testing.T) {
-	e := newEOSEnv(t)
+func TestEOSFencing(t *testing.T) { testEOSFencing(t, newEOSEnv(t)) }
+
+func testEOSFencing(t *testing.T, e *env) {
 	e.editConfig("kafka:\n", "kafka:\n  transactional_id: orders-outbox-eos\n")
 	b0, err := os.ReadFile(e.cfgPath)
 	if err != nil {

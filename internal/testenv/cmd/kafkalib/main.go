@@ -1,0 +1,21 @@
+// Command kafkalib builds (once per machine and pom) the lib dir of the Apache Kafka broker the
+// tests run, and prints its path. .ci/test runs it before go test, so no test waits on Maven.
+package main
+
+import (
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/outboxd/outboxd/internal/testenv"
+)
+
+func main() {
+	start := time.Now()
+	dir, err := testenv.KafkaLibDir()
+	if err != nil {
+		slog.Error("the Apache Kafka lib dir could not be built", "err", err)
+		os.Exit(1)
+	}
+	slog.Info("Apache Kafka lib dir ready", "version", testenv.ApacheKafkaVersion, "dir", dir, "took", time.Since(start).Round(time.Millisecond))
+}
