@@ -58,8 +58,8 @@ func KafkaLibDir() (string, error) {
 		return "", fmt.Errorf("java not found on PATH: install Java 17 (bash .ci/deps installs openjdk-17-jre-headless): %w", err)
 	}
 	cache, err := os.UserCacheDir()
-	if err != nil {
-		return "", fmt.Errorf("no cache dir for the Kafka lib (set XDG_CACHE_HOME or HOME): %w", err)
+	if err != nil { // no HOME nor XDG_CACHE_HOME: a per-machine dir all the same
+		cache = filepath.Join(os.TempDir(), "outboxd-cache")
 	}
 	base := filepath.Join(cache, "outboxd")
 	if err := os.MkdirAll(base, 0o755); err != nil {
@@ -141,6 +141,21 @@ type ApacheOpts struct {
 // and waits until it answers a Metadata request. Topics are auto-created with 3 partitions, as on
 // the kfake Broker. Call Destroy when done.
 func StartApacheKafka(opts ApacheOpts) (*ApacheKafka, error) {
+	return retryPortTaken(func() (*ApacheKafka, error) { return startApacheKafka(opts) })
+}
+
+// retryPortTaken retries start (up to 3 times, on new ports) when a port that was free a moment
+// ago was taken by another process before the JVM bound it.
+func retryPortTaken[T any](start func() (T, error)) (T, error) {
+	for attempt := 1; ; attempt++ {
+		v, err := start()
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "Address already in use") {
+			return v, err
+		}
+	}
+}
+
+func startApacheKafka(opts ApacheOpts) (*ApacheKafka, error) {
 	lib, err := KafkaLibDir()
 	if err != nil {
 		return nil, err
@@ -262,7 +277,11 @@ func (k *ApacheKafka) Start() error {
 	if err := k.spawn(); err != nil {
 		return err
 	}
-	return k.waitReady(90 * time.Second)
+	if err := k.waitReady(90 * time.Second); err != nil {
+		k.Kill()
+		return err
+	}
+	return nil
 }
 
 // spawn starts the JVM without waiting for readiness.

@@ -25,6 +25,10 @@ type ApacheCluster struct {
 // StartApacheCluster formats and starts n nodes on free loopback ports and waits until every one
 // of them is listed in the metadata. Call Destroy when done.
 func StartApacheCluster(n int, opts ApacheOpts) (*ApacheCluster, error) {
+	return retryPortTaken(func() (*ApacheCluster, error) { return startApacheCluster(n, opts) })
+}
+
+func startApacheCluster(n int, opts ApacheOpts) (*ApacheCluster, error) {
 	lib, err := KafkaLibDir()
 	if err != nil {
 		return nil, err
