@@ -167,3 +167,13 @@ func TestApacheEOSDeliversOnceAndResumes(t *testing.T) {
 // TestApacheEOSFencing is TestEOSFencing on Apache Kafka, whose transaction coordinator (unlike
 // kfake's) refuses the fenced instance's stale producer epoch.
 func TestApacheEOSFencing(t *testing.T) { testEOSFencing(t, newApacheEOSEnv(t)) }
+
+// TestApacheEOSSIGKILLLoop is TestEOSSIGKILLLoop on Apache Kafka: outboxd killed five times with
+// transactions open; each restart's InitProducerID makes the real coordinator abort the open one.
+func TestApacheEOSSIGKILLLoop(t *testing.T) { testEOSSIGKILLLoop(t, newApacheEOSEnv(t)) }
+
+// TestApacheAtLeastOnceKafkaOffsets is TestAtLeastOnceKafkaOffsets on Apache Kafka: outboxd
+// creates the compacted offsets topic itself and resumes from the position it stored there.
+func TestApacheAtLeastOnceKafkaOffsets(t *testing.T) {
+	testAtLeastOnceKafkaOffsets(t, newApacheEnv(t, ""))
+}

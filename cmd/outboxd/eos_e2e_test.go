@@ -259,8 +259,9 @@ func testEOSDeliversOnceAndResumes(t *testing.T, e *env) []string {
 
 // TestEOSSIGKILLLoop kills outboxd with SIGKILL about every second, five times, under a
 // background writer: 0 lost, 0 duplicates.
-func TestEOSSIGKILLLoop(t *testing.T) {
-	e := newEOSEnv(t)
+func TestEOSSIGKILLLoop(t *testing.T) { testEOSSIGKILLLoop(t, newEOSEnv(t)) }
+
+func testEOSSIGKILLLoop(t *testing.T, e *env) {
 	p := e.startWith(true)
 	w := e.startWriter()
 	kills := 0
@@ -409,8 +410,9 @@ func testEOSFencing(t *testing.T, e *env) {
 
 // TestAtLeastOnceKafkaOffsets: offsets.store kafka with at_least_once: the position is stored in
 // offsets.topic under offsets.key and a restart resumes from it.
-func TestAtLeastOnceKafkaOffsets(t *testing.T) {
-	e := newEnv(t, "")
+func TestAtLeastOnceKafkaOffsets(t *testing.T) { testAtLeastOnceKafkaOffsets(t, newEnv(t, "")) }
+
+func testAtLeastOnceKafkaOffsets(t *testing.T, e *env) {
 	e.editConfig("offsets:\n", "offsets:\n  store: kafka\n  topic: my.offsets\n  key: orders-pipeline\n")
 	c := e.conn()
 	p := e.startWith(true)
