@@ -115,21 +115,7 @@ func TestApacheAtLeastOnceDelivers(t *testing.T) {
 	if n, dups := countDistinct(got); n != len(all) || dups != 0 {
 		t.Fatalf("%d distinct records, %d duplicates; want %d and 0 (clean stops)", n, dups, len(all))
 	}
-	rows, err := c.Query(ctx, `SELECT id::text, aggregatetype, aggregateid, coalesce(type, ''), payload::text FROM outbox`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	type dbRow struct{ agg, key, typ, payload string }
-	db := map[string]dbRow{}
-	for rows.Next() {
-		var id string
-		var r dbRow
-		if err := rows.Scan(&id, &r.agg, &r.key, &r.typ, &r.payload); err != nil {
-			t.Fatal(err)
-		}
-		db[id] = r
-	}
-	rows.Close()
+	db := outboxRows(t, c)
 	pos := map[string]int{}
 	for i, id := range want {
 		pos[id] = i

@@ -283,3 +283,29 @@ func writeFile(t *testing.T, path, s string) {
 		t.Fatal(err)
 	}
 }
+
+// dbRow is one outbox row as PostgreSQL prints it: what its Kafka record must carry.
+type dbRow struct{ agg, key, typ, payload string }
+
+// outboxRows reads every row of public.outbox by id (payload in PostgreSQL's text form).
+func outboxRows(t *testing.T, c *pgx.Conn) map[string]dbRow {
+	t.Helper()
+	rows, err := c.Query(context.Background(), `SELECT id::text, aggregatetype, aggregateid, coalesce(type, ''), payload::text FROM outbox`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	db := map[string]dbRow{}
+	for rows.Next() {
+		var id string
+		var r dbRow
+		if err := rows.Scan(&id, &r.agg, &r.key, &r.typ, &r.payload); err != nil {
+			t.Fatal(err)
+		}
+		db[id] = r
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}

@@ -77,19 +77,7 @@ func TestDeliversOutboxInserts(t *testing.T) {
 	}
 
 	// Values are PostgreSQL's own text of the payload; keys, headers, partitions.
-	rows, err := c.Query(ctx, `SELECT id::text, aggregatetype, aggregateid, coalesce(type, ''), payload::text FROM outbox`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	type dbRow struct{ agg, key, typ, payload string }
-	db := map[string]dbRow{}
-	for rows.Next() {
-		var id string
-		var r dbRow
-		rows.Scan(&id, &r.agg, &r.key, &r.typ, &r.payload)
-		db[id] = r
-	}
-	rows.Close()
+	db := outboxRows(t, c)
 	db["22222222-2222-4222-8222-222222222222"] = dbRow{"order", "D", "x", `{"n": 1, "deleted": "later"}`}
 	db["33333333-3333-4333-8333-333333333333"] = dbRow{"customer", "C", "y", `[1, 2, 3]`}
 	lastByKey := map[string]int64{}
