@@ -191,6 +191,16 @@ func (e *env) conn() *pgx.Conn {
 // insert commits one transaction with n outbox rows for aggregate agg and returns their ids.
 func (e *env) insert(c *pgx.Conn, agg string, n int) []string {
 	e.t.Helper()
+	return e.insertRows(c, n, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+			VALUES (gen_random_uuid(), 'order', $1, 'created', jsonb_build_object('agg', $1::text, 'i', $2::int)) RETURNING id::text`,
+		func(i int) []any { return []any{agg, i} }, nil)
+}
+
+// insertRows commits one transaction running the INSERT … RETURNING id::text statement q n
+// times (args(i) gives the i-th row's arguments), calls before(tx) just before the commit when
+// it is not nil, and returns the ids in order.
+func (e *env) insertRows(c *pgx.Conn, n int, q string, args func(i int) []any, before func(pgx.Tx)) []string {
+	e.t.Helper()
 	ctx := context.Background()
 	tx, err := c.Begin(ctx)
 	if err != nil {
@@ -199,12 +209,13 @@ func (e *env) insert(c *pgx.Conn, agg string, n int) []string {
 	var ids []string
 	for i := 0; i < n; i++ {
 		var id string
-		err := tx.QueryRow(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
-			VALUES (gen_random_uuid(), 'order', $1, 'created', jsonb_build_object('agg', $1::text, 'i', $2::int)) RETURNING id::text`, agg, i).Scan(&id)
-		if err != nil {
+		if err := tx.QueryRow(ctx, q, args(i)...).Scan(&id); err != nil {
 			e.t.Fatal(err)
 		}
 		ids = append(ids, id)
+	}
+	if before != nil {
+		before(tx)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		e.t.Fatal(err)

@@ -36,26 +36,9 @@ CREATE TABLE public.outbox_later PARTITION OF public.outbox FOR VALUES FROM ('20
 // default when at is empty) and returns their ids.
 func (e *env) insertInto(c *pgx.Conn, table, agg, at string, n int) []string {
 	e.t.Helper()
-	ctx := context.Background()
-	tx, err := c.Begin(ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var ids []string
-	for i := 0; i < n; i++ {
-		var id string
-		err := tx.QueryRow(ctx, `INSERT INTO `+table+` (id, aggregatetype, aggregateid, type, payload, created_at)
+	return e.insertRows(c, n, `INSERT INTO `+table+` (id, aggregatetype, aggregateid, type, payload, created_at)
 			VALUES (gen_random_uuid(), 'order', $1, 'created', jsonb_build_object('agg', $1::text, 'i', $2::int), coalesce($3::timestamptz, now()))
-			RETURNING id::text`, agg, i, nilIfEmpty(at)).Scan(&id)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		e.t.Fatal(err)
-	}
-	return ids
+			RETURNING id::text`, func(i int) []any { return []any{agg, i, nilIfEmpty(at)} }, nil)
 }
 
 func nilIfEmpty(s string) any {

@@ -25,27 +25,14 @@ import (
 // it is past that LSN.
 func (e *env) insertInTx(c *pgx.Conn, agg string, n int) ([]string, string) {
 	e.t.Helper()
-	ctx := context.Background()
-	tx, err := c.Begin(ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var ids []string
-	for i := 0; i < n; i++ {
-		var id string
-		if err := tx.QueryRow(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
-			VALUES (gen_random_uuid(), 'order', $1, 'created', '{}') RETURNING id::text`, agg).Scan(&id); err != nil {
-			e.t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
 	var in string
-	if err := tx.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&in); err != nil {
-		e.t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		e.t.Fatal(err)
-	}
+	ids := e.insertRows(c, n, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+			VALUES (gen_random_uuid(), 'order', $1, 'created', '{}') RETURNING id::text`,
+		func(int) []any { return []any{agg} }, func(tx pgx.Tx) {
+			if err := tx.QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text").Scan(&in); err != nil {
+				e.t.Fatal(err)
+			}
+		})
 	return ids, in
 }
 
