@@ -444,5 +444,3 @@ func (k *SecureKafka) CreateTopic(name string, partitions int32, configs map[str
 
 // Principal is "User:name".
 func Principal(name string) string { return "User:" + name }
-
-
