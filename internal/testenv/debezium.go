@@ -1,0 +1,235 @@
+package testenv
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Debezium in the test environment: Kafka Connect 4.4 (standalone) with Debezium's PostgreSQL
+// and MySQL connectors and its Outbox Event Router, run from a lib dir that Maven resolves from
+// debezium/pom.xml (lib/ = Connect's runtime, plugins/ = Debezium's plugin archives, each in
+// its own folder), cached like the Kafka lib dir (~/.cache/outboxd/debezium-lib-<hash>).
+
+//go:embed debezium/pom.xml
+var debeziumPOM []byte
+
+// DebeziumVersion is the Debezium release debezium/pom.xml resolves.
+const DebeziumVersion = "3.6.1.Final"
+
+// Connector classes of the plugins in DebeziumLibDir's plugins/.
+const (
+	DebeziumPostgresConnector = "io.debezium.connector.postgresql.PostgresConnector"
+	// DebeziumMySQLConnector is the connector used against MariaDB: Maven Central does not
+	// serve debezium-connector-mariadb 3.6.1.Final.
+	DebeziumMySQLConnector = "io.debezium.connector.mysql.MySqlConnector"
+	DebeziumEventRouter    = "io.debezium.transforms.outbox.EventRouter"
+	StringConverter        = "org.apache.kafka.connect.storage.StringConverter"
+)
+
+var dbzLibOnce struct {
+	sync.Mutex
+	dir string
+}
+
+// debeziumLibReady reports whether dir holds a complete Debezium lib dir.
+func debeziumLibReady(dir string) error {
+	for _, f := range []string{
+		filepath.Join("lib", "connect-runtime-"+ApacheKafkaVersion+".jar"),
+		filepath.Join("plugins", "debezium-connector-postgres", "debezium-connector-postgres-"+DebeziumVersion+".jar"),
+		filepath.Join("plugins", "debezium-connector-mysql", "debezium-connector-mysql-"+DebeziumVersion+".jar"),
+	} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DebeziumLibDir returns a directory with lib/ (Kafka Connect's jars, for -cp) and plugins/ (for
+// plugin.path: debezium-connector-postgres and debezium-connector-mysql, both with the
+// EventRouter), building it with Maven when this machine has none for the current pom yet.
+// OUTBOXD_DEBEZIUM_LIB names a prebuilt directory instead. Safe for concurrent test processes:
+// the build runs under a lock file and lands by an atomic rename.
+func DebeziumLibDir() (string, error) {
+	dbzLibOnce.Lock()
+	defer dbzLibOnce.Unlock()
+	if dbzLibOnce.dir != "" {
+		return dbzLibOnce.dir, nil
+	}
+	if d := os.Getenv("OUTBOXD_DEBEZIUM_LIB"); d != "" {
+		if err := debeziumLibReady(d); err != nil {
+			return "", fmt.Errorf("OUTBOXD_DEBEZIUM_LIB=%s is not a built Debezium lib dir (lib/ and plugins/): unset it or point it at one: %w", d, err)
+		}
+		dbzLibOnce.dir = d
+		return d, nil
+	}
+	if _, err := exec.LookPath("java"); err != nil {
+		return "", fmt.Errorf("java not found on PATH: install Java 17 (bash .ci/deps installs openjdk-17-jre-headless): %w", err)
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = filepath.Join(os.TempDir(), "outboxd-cache")
+	}
+	base := filepath.Join(cache, "outboxd")
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		return "", fmt.Errorf("create the Debezium lib cache dir: %w", err)
+	}
+	sum := sha256.Sum256(debeziumPOM)
+	final := filepath.Join(base, "debezium-lib-"+hex.EncodeToString(sum[:])[:16])
+	if debeziumLibReady(final) == nil {
+		dbzLibOnce.dir = final
+		return final, nil
+	}
+	lock, err := os.OpenFile(filepath.Join(base, "debezium-lib.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", fmt.Errorf("open the Debezium lib lock file: %w", err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("lock the Debezium lib cache: %w", err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	if debeziumLibReady(final) == nil { // another process built it while we waited
+		dbzLibOnce.dir = final
+		return final, nil
+	}
+	if _, err := exec.LookPath("mvn"); err != nil {
+		return "", fmt.Errorf("mvn not found on PATH, needed once to fetch Kafka Connect %s and Debezium %s from Maven Central: install maven (bash .ci/deps does): %w", ApacheKafkaVersion, DebeziumVersion, err)
+	}
+	tmp, err := os.MkdirTemp(base, "debezium-lib-build-")
+	if err != nil {
+		return "", fmt.Errorf("create a Debezium lib build dir: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.WriteFile(filepath.Join(tmp, "pom.xml"), debeziumPOM, 0o644); err != nil {
+		return "", err
+	}
+	root := filepath.Join(tmp, "root")
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "mvn", "-q", "-B", "-f", filepath.Join(tmp, "pom.xml"), "package", "-Dkroot="+root)
+	cmd.Dir = tmp
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("mvn package of the Debezium lib (internal/testenv/debezium/pom.xml) failed: check that Maven Central is reachable (~/.m2/settings.xml): %w\n%s", err, tail(string(out), 60))
+	}
+	if err := debeziumLibReady(root); err != nil {
+		return "", fmt.Errorf("the Debezium lib build left an incomplete dir (internal/testenv/debezium/pom.xml changed?): %w", err)
+	}
+	if err := os.Rename(root, final); err != nil {
+		return "", fmt.Errorf("move the built Debezium lib into place: %w", err)
+	}
+	dbzLibOnce.dir = final
+	return final, nil
+}
+
+// DBConn is where a connector finds its database.
+type DBConn struct {
+	Host     string
+	Port     int
+	User     string
+	Password string
+	Database string
+}
+
+// Conn is the superuser connection to database db of the private cluster.
+func (p *Postgres) Conn(db string) DBConn {
+	return DBConn{Host: "127.0.0.1", Port: p.Port, User: "postgres", Database: db}
+}
+
+// Conn is the root connection to database db of the private server.
+func (m *MariaDB) Conn(db string) DBConn {
+	return DBConn{Host: "127.0.0.1", Port: m.Port, User: "root", Database: db}
+}
+
+// ConnectDirVar in a connector or worker value is replaced by the Connect's Dir when it starts
+// (e.g. the MySQL connector's schema history file).
+const ConnectDirVar = "${connect.dir}"
+
+// outboxRouter is the Outbox Event Router part shared by both connectors: the defaults (topic
+// outbox.event.<aggregatetype>, key aggregateid, value payload, header id) plus the type column
+// as header eventType, and raw strings for key and value.
+func outboxRouter(cfg map[string]string) {
+	cfg["transforms"] = "outbox"
+	cfg["transforms.outbox.type"] = DebeziumEventRouter
+	cfg["transforms.outbox.table.fields.additional.placement"] = "type:header:eventType"
+	cfg["key.converter"] = StringConverter
+	cfg["value.converter"] = StringConverter
+	cfg["extended.headers.enabled"] = "false" // no __debezium.context.* headers
+	cfg["tombstones.on.delete"] = "false"
+	cfg["tasks.max"] = "1"
+}
+
+func merge(cfg, extra map[string]string) map[string]string {
+	for k, v := range extra {
+		cfg[k] = v
+	}
+	return cfg
+}
+
+// DebeziumPostgresOutbox is the connector config (name "dbz-pg-outbox") of Debezium's PostgreSQL
+// connector with the Outbox Event Router on table (schema-qualified, e.g. "public.outbox"):
+// pgoutput, its own slot and publication (created as a filtered, insert-only publication),
+// snapshot.mode=no_data, StringConverter key and value, header eventType from column type, no
+// Debezium context headers. extra is merged last (it may override anything, e.g. "name" or
+// "transforms.outbox.route.topic.replacement").
+func DebeziumPostgresOutbox(db DBConn, slot, publication, table string, extra map[string]string) map[string]string {
+	cfg := map[string]string{
+		"name":                        "dbz-pg-outbox",
+		"connector.class":             DebeziumPostgresConnector,
+		"database.hostname":           db.Host,
+		"database.port":               strconv.Itoa(db.Port),
+		"database.user":               db.User,
+		"database.password":           db.Password,
+		"database.dbname":             db.Database,
+		"topic.prefix":                "dbzpg",
+		"plugin.name":                 "pgoutput",
+		"slot.name":                   slot,
+		"publication.name":            publication,
+		"publication.autocreate.mode": "filtered",
+		"table.include.list":          table,
+		"skipped.operations":          "u,d,t",
+		"snapshot.mode":               "no_data",
+	}
+	outboxRouter(cfg)
+	return merge(cfg, extra)
+}
+
+// DebeziumMariaDBOutbox is the connector config (name "dbz-mariadb-outbox") of Debezium's MySQL
+// connector against MariaDB (the MariaDB connector is not on Maven Central) with the Outbox
+// Event Router on table (database-qualified, e.g. "app.outbox"): binlog client serverID (must
+// differ from every other replica's and outboxd's), snapshot.mode=no_data without locks, schema
+// history in a file in the Connect's Dir, StringConverter key and value, header eventType, no
+// Debezium context headers. extra is merged last.
+func DebeziumMariaDBOutbox(db DBConn, serverID uint32, table string, extra map[string]string) map[string]string {
+	cfg := map[string]string{
+		"name":                                  "dbz-mariadb-outbox",
+		"connector.class":                       DebeziumMySQLConnector,
+		"database.hostname":                     db.Host,
+		"database.port":                         strconv.Itoa(db.Port),
+		"database.user":                         db.User,
+		"database.password":                     db.Password,
+		"database.server.id":                    strconv.FormatUint(uint64(serverID), 10),
+		"database.include.list":                 db.Database,
+		"table.include.list":                    table,
+		"topic.prefix":                          "dbzmy",
+		"include.schema.changes":                "false",
+		"snapshot.mode":                         "no_data",
+		"snapshot.locking.mode":                 "none",
+		"skipped.operations":                    "u,d,t",
+		"schema.history.internal":               "io.debezium.storage.file.history.FileSchemaHistory",
+		"schema.history.internal.file.filename": ConnectDirVar + "/schema-history.dat",
+		"schema.history.internal.store.only.captured.tables.ddl": "true",
+	}
+	outboxRouter(cfg)
+	return merge(cfg, extra)
+}
