@@ -1,5 +1,6 @@
-// Command kafkalib builds (once per machine and pom) the lib dir of the Apache Kafka broker the
-// tests run, and prints its path. .ci/test runs it before go test, so no test waits on Maven.
+// Command kafkalib builds (once per machine and pom) the lib dirs of the Apache Kafka broker and
+// of Kafka Connect with Debezium that the tests run, and prints their paths. .ci/test runs it
+// before go test, so no test waits on Maven.
 package main
 
 import (
@@ -18,4 +19,11 @@ func main() {
 		os.Exit(1)
 	}
 	slog.Info("Apache Kafka lib dir ready", "version", testenv.ApacheKafkaVersion, "dir", dir, "took", time.Since(start).Round(time.Millisecond))
+	start = time.Now()
+	dir, err = testenv.DebeziumLibDir()
+	if err != nil {
+		slog.Error("the Kafka Connect + Debezium lib dir could not be built", "err", err)
+		os.Exit(1)
+	}
+	slog.Info("Kafka Connect + Debezium lib dir ready", "connect", testenv.ApacheKafkaVersion, "debezium", testenv.DebeziumVersion, "dir", dir, "took", time.Since(start).Round(time.Millisecond))
 }
