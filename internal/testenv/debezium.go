@@ -16,24 +16,28 @@ import (
 )
 
 // Debezium in the test environment: Kafka Connect 4.4 (standalone) with Debezium's PostgreSQL
-// and MySQL connectors and its Outbox Event Router, run from a lib dir that Maven resolves from
+// and MariaDB connectors and its Outbox Event Router, run from a lib dir that Maven resolves from
 // debezium/pom.xml (lib/ = Connect's runtime, plugins/ = Debezium's plugin archives, each in
 // its own folder), cached like the Kafka lib dir (~/.cache/outboxd/debezium-lib-<hash>).
 
 //go:embed debezium/pom.xml
 var debeziumPOM []byte
 
-// DebeziumVersion is the Debezium release debezium/pom.xml resolves.
+// DebeziumVersion is the Debezium release debezium/pom.xml resolves for PostgreSQL.
 const DebeziumVersion = "3.6.1.Final"
+
+// DebeziumMariaDBVersion is the release of Debezium's MariaDB connector in the lib dir: Maven
+// Central serves no debezium-connector-mariadb 3.6.x (nor 3.5.1/3.5.2), and the 3.6.1 MySQL
+// connector refuses MariaDB 10.11 (it takes 10.11 for MySQL >= 8.4 and sends SHOW BINARY LOG
+// STATUS, which MariaDB rejects).
+const DebeziumMariaDBVersion = "3.5.0.Final"
 
 // Connector classes of the plugins in DebeziumLibDir's plugins/.
 const (
 	DebeziumPostgresConnector = "io.debezium.connector.postgresql.PostgresConnector"
-	// DebeziumMySQLConnector is the connector used against MariaDB: Maven Central does not
-	// serve debezium-connector-mariadb 3.6.1.Final.
-	DebeziumMySQLConnector = "io.debezium.connector.mysql.MySqlConnector"
-	DebeziumEventRouter    = "io.debezium.transforms.outbox.EventRouter"
-	StringConverter        = "org.apache.kafka.connect.storage.StringConverter"
+	DebeziumMariaDBConnector  = "io.debezium.connector.mariadb.MariaDbConnector"
+	DebeziumEventRouter       = "io.debezium.transforms.outbox.EventRouter"
+	StringConverter           = "org.apache.kafka.connect.storage.StringConverter"
 )
 
 var dbzLibOnce struct {
@@ -46,7 +50,7 @@ func debeziumLibReady(dir string) error {
 	for _, f := range []string{
 		filepath.Join("lib", "connect-runtime-"+ApacheKafkaVersion+".jar"),
 		filepath.Join("plugins", "debezium-connector-postgres", "debezium-connector-postgres-"+DebeziumVersion+".jar"),
-		filepath.Join("plugins", "debezium-connector-mysql", "debezium-connector-mysql-"+DebeziumVersion+".jar"),
+		filepath.Join("plugins", "debezium-connector-mariadb", "debezium-connector-mariadb-"+DebeziumMariaDBVersion+".jar"),
 	} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			return err
@@ -56,8 +60,8 @@ func debeziumLibReady(dir string) error {
 }
 
 // DebeziumLibDir returns a directory with lib/ (Kafka Connect's jars, for -cp) and plugins/ (for
-// plugin.path: debezium-connector-postgres and debezium-connector-mysql, both with the
-// EventRouter), building it with Maven when this machine has none for the current pom yet.
+// plugin.path: debezium-connector-postgres 3.6.1 and debezium-connector-mariadb 3.5.0, both with
+// the EventRouter), building it with Maven when this machine has none for the current pom yet.
 // OUTBOXD_DEBEZIUM_LIB names a prebuilt directory instead. Safe for concurrent test processes:
 // the build runs under a lock file and lands by an atomic rename.
 func DebeziumLibDir() (string, error) {
@@ -152,7 +156,7 @@ func (m *MariaDB) Conn(db string) DBConn {
 }
 
 // ConnectDirVar in a connector or worker value is replaced by the Connect's Dir when it starts
-// (e.g. the MySQL connector's schema history file).
+// (e.g. the MariaDB connector's schema history file).
 const ConnectDirVar = "${connect.dir}"
 
 // outboxRouter is the Outbox Event Router part shared by both connectors: the defaults (topic
@@ -204,16 +208,15 @@ func DebeziumPostgresOutbox(db DBConn, slot, publication, table string, extra ma
 	return merge(cfg, extra)
 }
 
-// DebeziumMariaDBOutbox is the connector config (name "dbz-mariadb-outbox") of Debezium's MySQL
-// connector against MariaDB (the MariaDB connector is not on Maven Central) with the Outbox
-// Event Router on table (database-qualified, e.g. "app.outbox"): binlog client serverID (must
+// DebeziumMariaDBOutbox is the connector config (name "dbz-mariadb-outbox") of Debezium's MariaDB
+// connector (DebeziumMariaDBVersion) with the Outbox Event Router on table (database-qualified, e.g. "app.outbox"): binlog client serverID (must
 // differ from every other replica's and outboxd's), snapshot.mode=no_data without locks, schema
 // history in a file in the Connect's Dir, StringConverter key and value, header eventType, no
 // Debezium context headers. extra is merged last.
 func DebeziumMariaDBOutbox(db DBConn, serverID uint32, table string, extra map[string]string) map[string]string {
 	cfg := map[string]string{
 		"name":                                  "dbz-mariadb-outbox",
-		"connector.class":                       DebeziumMySQLConnector,
+		"connector.class":                       DebeziumMariaDBConnector,
 		"database.hostname":                     db.Host,
 		"database.port":                         strconv.Itoa(db.Port),
 		"database.user":                         db.User,
@@ -221,7 +224,7 @@ func DebeziumMariaDBOutbox(db DBConn, serverID uint32, table string, extra map[s
 		"database.server.id":                    strconv.FormatUint(uint64(serverID), 10),
 		"database.include.list":                 db.Database,
 		"table.include.list":                    table,
-		"topic.prefix":                          "dbzmy",
+		"topic.prefix":                          "dbzmaria",
 		"include.schema.changes":                "false",
 		"snapshot.mode":                         "no_data",
 		"snapshot.locking.mode":                 "none",

@@ -95,7 +95,7 @@ func startConnect(opts ConnectOpts) (*Connect, error) {
 		"key.converter":                StringConverter,
 		"value.converter":              StringConverter,
 		"offset.storage.file.filename": filepath.Join(c.Dir, "connect.offsets"),
-		// Debezium confirms the PostgreSQL slot (and its MySQL offsets) only after an offset
+		// Debezium confirms the PostgreSQL slot (and its MariaDB offsets) only after an offset
 		// commit; the default is 60 s.
 		"offset.flush.interval.ms": "1000",
 		"plugin.path":              filepath.Join(lib, "plugins"),
