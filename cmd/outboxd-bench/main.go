@@ -7,6 +7,7 @@
 //	go run ./cmd/outboxd-bench -short          # CI: tiny sizes, about a minute
 //	go run ./cmd/outboxd-bench -only drain-pg-1 -cpuprofile /tmp/ob
 //	go run ./cmd/outboxd-bench -only drain-mariadb  # outboxd vs a bare go-mysql BinlogSyncer
+//	go run ./cmd/outboxd-bench -only vs-debezium-pg,vs-debezium-mariadb -json dbz.json  # beside Debezium on Apache Kafka
 package main
 
 import (

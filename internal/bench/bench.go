@@ -17,6 +17,9 @@
 //	               before the backlog with its own server_id, Rounds rounds with the order
 //	               rotating; single-row transactions (reported as drain-mariadb-1), then
 //	               1000-row transactions (drain-mariadb-1000)
+//	vs-debezium-pg       outboxd beside Debezium (Kafka Connect, Outbox Event Router) on PostgreSQL
+//	vs-debezium-mariadb  the same on MariaDB (Debezium's MariaDB connector); both on Apache Kafka,
+//	                     not part of -short (debezium.go)
 //
 // Sources are behind the Backend interface (backend.go): the drain scenario is written against
 // it (PostgreSQL: postgres.go, MariaDB: mariadb.go).
@@ -65,7 +68,8 @@ type Options struct {
 }
 
 // Scenarios lists every scenario name in run order.
-var Scenarios = []string{"drain-pg-1", "drain-pg-1000", "latency-pg", "memory-pg", "poll-pg", "drain-mariadb"}
+var Scenarios = []string{"drain-pg-1", "drain-pg-1000", "latency-pg", "memory-pg", "poll-pg", "drain-mariadb",
+	"vs-debezium-pg", "vs-debezium-mariadb"}
 
 func (o *Options) defaults() {
 	if o.N <= 0 {
@@ -121,6 +125,8 @@ type Result struct {
 	Detail   string             `json:"detail"`          // human-readable extra (runs, settings)
 	Extra    map[string]float64 `json:"extra,omitempty"` // machine-readable extras (per-run rates, percentiles)
 	Error    string             `json:"error,omitempty"` // the scenario failed or was skipped
+	// Config is a tool's full configuration (vs-debezium: Debezium's), also in Detail.
+	Config map[string]string `json:"config,omitempty"`
 }
 
 // Report is the JSON document of a run.
@@ -237,6 +243,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	run("memory-pg", memoryPG)
 	run("poll-pg", pollPG)
 	run("drain-mariadb", drainMariaDB)
+	run("vs-debezium-pg", vsDebeziumPG)
+	run("vs-debezium-mariadb", vsDebeziumMariaDB)
 	rep.Duration = time.Since(rep.Started).Round(time.Millisecond).String()
 	rep.Machine = e.machine // scenarios add the servers they started (MariaDB)
 	rep.Machine.LoadEnd = loadAvg()
@@ -306,7 +314,7 @@ func (o *Options) needsPG() bool {
 		return true
 	}
 	for _, s := range o.Only {
-		if s != "drain-mariadb" {
+		if s != "drain-mariadb" && s != "vs-debezium-mariadb" {
 			return true
 		}
 	}
@@ -384,6 +392,8 @@ func WriteMarkdown(w io.Writer, r *Report) {
 
 func formatValue(v float64, unit string) string {
 	switch unit {
+	case "": // a line without a number (a configuration)
+		return ""
 	case "events/s":
 		return fmt.Sprintf("%.0f events/s", v)
 	case "ratio":

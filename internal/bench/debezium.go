@@ -1,0 +1,391 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// vs-debezium-pg and vs-debezium-mariadb: outboxd beside Debezium (Kafka Connect standalone with
+// the Outbox Event Router, testenv.StartConnect) on the same database, the same backlog and the
+// same Apache Kafka, one tool at a time:
+//
+//   - drain: a backlog of N single-row transactions, loaded before either tool starts; each
+//     round every tool drains it from its start (outboxd: a slot copied at the backlog's start,
+//     or the GTID position before it; Debezium: its own slot copy, or an offsets file primed
+//     before the backlog). Round 1 runs outboxd first, round 2 Debezium first, and so on. The
+//     drain time runs from the tool's start (exec) until Kafka holds every record; the
+//     steady-state rate runs from the first to the last record's LogAppendTime. CPU is the tool's
+//     process tree (/proc/<pid>/stat utime+stime+cutime+cstime), peak RSS its VmHWM.
+//   - latency: each tool in turn (outboxd first) streams while 4 writers commit single-row
+//     transactions at LatencyRate/s for LatencyDuration; latency = the record's LogAppendTime
+//     (the topics are created with message.timestamp.type=LogAppendTime) minus the moment the
+//     writer saw its COMMIT return.
+
+// dbzSetup is one Debezium run: the connector and worker properties, JVM flags, and a Connect
+// dir to use ("" = a new one).
+type dbzSetup struct {
+	connector, worker map[string]string
+	jvm               []string
+	dir               string
+}
+
+// dbzWorkerTuning are the worker settings of every Debezium run (Connect's producer for source
+// tasks), chosen as Debezium's and Kafka's docs advise for throughput and to match outboxd's
+// producer: acks=all with idempotence (outboxd's), lz4 (outboxd's default compression), linger
+// 5 ms (outboxd's default), larger batches than the 16 KiB default.
+var dbzWorkerTuning = map[string]string{
+	"producer.acks":                                  "all",
+	"producer.enable.idempotence":                    "true",
+	"producer.max.in.flight.requests.per.connection": "5",
+	"producer.compression.type":                      "lz4",
+	"producer.linger.ms":                             "5",
+	"producer.batch.size":                            "262144",
+	"offset.flush.interval.ms":                       "1000",
+}
+
+// dbzJVM is what bin/connect-standalone.sh runs the worker with (heap -Xms256M -Xmx2G and
+// kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS).
+var dbzJVM = []string{"-Xms256m", "-Xmx2g", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+	"-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent", "-XX:MaxInlineLevel=15",
+	"-Djava.awt.headless=true"}
+
+// dbzConnectorTuning are the connector settings added to testenv's outbox config: Debezium's
+// queue knobs (defaults 2048 / 8192 / 500 ms) raised for throughput, poll.interval.ms at
+// outboxd's linger (a poll returns once the batch is full or the interval ends: in a backlog
+// drain batches fill at once, at 2000/s the interval bounds the wait), and the routing to the
+// run's topics.
+func dbzConnectorTuning(topicPrefix string) map[string]string {
+	return map[string]string{
+		"max.batch.size":   "16384",
+		"max.queue.size":   "65536",
+		"poll.interval.ms": "5",
+		"transforms.outbox.route.topic.replacement": topicPrefix + "${routedByValue}",
+	}
+}
+
+func newDbzSetup(connector map[string]string) dbzSetup {
+	w := map[string]string{}
+	for k, v := range dbzWorkerTuning {
+		w[k] = v
+	}
+	return dbzSetup{connector: connector, worker: w, jvm: slices.Clone(dbzJVM)}
+}
+
+// describeDbz renders a setup for the report (sorted; a password masked).
+func describeDbz(s dbzSetup) (string, map[string]string) {
+	all := map[string]string{}
+	var parts []string
+	for _, sec := range []struct {
+		name string
+		kv   map[string]string
+	}{{"connector", s.connector}, {"worker", s.worker}} {
+		keys := make([]string, 0, len(sec.kv))
+		for k := range sec.kv {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var kv []string
+		for _, k := range keys {
+			v := sec.kv[k]
+			if strings.Contains(k, "password") && v != "" {
+				v = "****"
+			}
+			all[sec.name+"."+k] = v
+			kv = append(kv, k+"="+v)
+		}
+		parts = append(parts, sec.name+": "+strings.Join(kv, ", "))
+	}
+	all["jvm"] = strings.Join(s.jvm, " ")
+	parts = append(parts, "JVM: "+all["jvm"]+" (testenv adds plugin.path, offsets file, REST port, StringConverter)")
+	return strings.Join(parts, "; "), all
+}
+
+// ratio is num/den, or ok=false when it has no meaning (a zero or unmeasured denominator).
+func ratio(num, den float64) (float64, bool) {
+	r := num / den
+	if den <= 0 || num < 0 || math.IsNaN(r) || math.IsInf(r, 0) {
+		return 0, false
+	}
+	return r, true
+}
+
+func finite(x float64) float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return 0
+	}
+	return x
+}
+
+const (
+	toolOutboxd  = 0
+	toolDebezium = 1
+)
+
+var toolNames = [2]string{"outboxd", "Debezium"}
+
+// vsDebezium runs one comparison scenario on side.
+func vsDebezium(ctx context.Context, e *env, scenario string, side cmpSide, k *cmpKafka) ([]Result, error) {
+	o := e.o
+	bin, err := e.outboxdBin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	saved := e.brokers
+	e.brokers = k.brokers // outboxdYAML and the helpers produce to the comparison's Kafka
+	defer func() { e.brokers = saved }()
+
+	tag := e.runID + "_" + strings.ReplaceAll(strings.TrimPrefix(scenario, "vs-"), "-", "_")
+	b, err := side.prepare(ctx, tag, o.N, 2*o.Rounds)
+	if err != nil {
+		return nil, err
+	}
+	defer side.cleanup(ctx, b)
+	o.Log.Info("backlog loaded", "scenario", scenario, "rows", b.Rows, "took", b.LoadTime.Round(time.Millisecond))
+
+	var runs [2][]drainRun
+	var lastDbz dbzSetup
+	for r := range o.Rounds {
+		order := []int{toolOutboxd, toolDebezium}
+		if r%2 == 1 {
+			order = []int{toolDebezium, toolOutboxd}
+		}
+		for _, tool := range order {
+			i := 2*r + tool
+			prefix := fmt.Sprintf("outboxd-bench.%s.%d.", tag, i)
+			topics := topicsOf(prefix)
+			if err := createLogAppendTopics(k.brokers, topics); err != nil {
+				return nil, err
+			}
+			var start func() (*toolProc, error)
+			if tool == toolOutboxd {
+				src, seed := side.outboxdSource(b, i)
+				cfg := outboxdYAML(e, src, prefix, "")
+				if seed != "" {
+					if err := seedOffsets(ctx, cfg, seed); err != nil {
+						return nil, err
+					}
+				}
+				start = func() (*toolProc, error) { return startOutboxdTool(bin, cfg) }
+			} else {
+				s, err := side.debezium(ctx, b, i, prefix)
+				if err != nil {
+					return nil, err
+				}
+				lastDbz = s
+				start = func() (*toolProc, error) { return startDebeziumTool(k.brokers, s) }
+			}
+			d, err := measureDrain(ctx, k.brokers, topics, b.Rows, start)
+			deleteTopics(k.brokers, prefix)
+			if err != nil {
+				return nil, fmt.Errorf("%s drain, round %d: %w", toolNames[tool], r+1, err)
+			}
+			o.Log.Info("drained", "scenario", scenario, "tool", toolNames[tool], "round", r+1,
+				"took", d.total.Round(time.Millisecond), "events/s", int(d.rate(b.Rows)),
+				"steady events/s", int(finite(d.steadyRate())), "cpu", d.cpu.Round(time.Millisecond),
+				"rss_mib", int(d.hwmKiB/1024), "records", d.check.records)
+			runs[tool] = append(runs[tool], d)
+		}
+	}
+
+	var lats [2]latencyRun
+	for _, tool := range []int{toolOutboxd, toolDebezium} {
+		prefix := fmt.Sprintf("outboxd-bench.%s.lat%d.", tag, tool)
+		topics := topicsOf(prefix)
+		if err := createLogAppendTopics(k.brokers, topics); err != nil {
+			return nil, err
+		}
+		var start func() (*toolProc, error)
+		var cleanup func()
+		if tool == toolOutboxd {
+			src, seed, c, err := side.latencyOutboxd(ctx, tag)
+			if err != nil {
+				return nil, err
+			}
+			cleanup = c
+			cfg := outboxdYAML(e, src, prefix, "")
+			if seed != "" {
+				if err := seedOffsets(ctx, cfg, seed); err != nil {
+					return nil, err
+				}
+			}
+			start = func() (*toolProc, error) { return startOutboxdTool(bin, cfg) }
+		} else {
+			s, c, err := side.latencyDebezium(ctx, tag, prefix)
+			if err != nil {
+				return nil, err
+			}
+			cleanup = c
+			start = func() (*toolProc, error) { return startDebeziumTool(k.brokers, s) }
+		}
+		l, err := measureLatency(ctx, k.brokers, topics, o.LatencyRate, o.LatencyDuration, side.newWriter, start)
+		cleanup()
+		deleteTopics(k.brokers, prefix)
+		if err != nil {
+			return nil, fmt.Errorf("%s latency: %w", toolNames[tool], err)
+		}
+		o.Log.Info("latency measured", "scenario", scenario, "tool", toolNames[tool], "p50_ms", l.quantile(0.5),
+			"p99_ms", l.quantile(0.99), "rate", int(l.rate))
+		lats[tool] = l
+	}
+	return cmpResults(scenario, side.connectorDesc(), k.desc, b, runs, lats, lastDbz, o), nil
+}
+
+// cmpResults turns the measurements into the report's lines.
+func cmpResults(scenario, dbzDesc, kafkaDesc string, b *Backlog, runs [2][]drainRun, lats [2]latencyRun, dbz dbzSetup, o *Options) []Result {
+	var res []Result
+	add := func(name string, v float64, unit, detail string, extra map[string]float64) {
+		if unit == "s" {
+			v = math.Round(v*1000) / 1000
+		}
+		res = append(res, Result{Scenario: scenario, Name: name, Value: finite(v), Unit: unit, Detail: detail, Extra: extra})
+	}
+	order := fmt.Sprintf("%d rounds, round 1 outboxd first, then alternating", o.Rounds)
+	desc := [2]string{
+		"outboxd own process, default config (at_least_once, acks=all idempotent, lz4, linger 5ms, batch 1 MiB, max_inflight 4096)",
+		dbzDesc + ", Kafka Connect " + "standalone, one task",
+	}
+	type agg struct{ rate, steady, cpu, steadyCPU, rss []float64 }
+	var a [2]agg
+	for t := range 2 {
+		for _, d := range runs[t] {
+			a[t].rate = append(a[t].rate, d.rate(b.Rows))
+			a[t].steady = append(a[t].steady, finite(d.steadyRate()))
+			a[t].cpu = append(a[t].cpu, d.cpuPer100k(b.Rows))
+			a[t].steadyCPU = append(a[t].steadyCPU, finite(d.steadyCPUPer100k()))
+			a[t].rss = append(a[t].rss, d.hwmKiB/1024)
+		}
+	}
+	for t := range 2 {
+		detail := fmt.Sprintf("%s; %d single-row transactions, from the tool's start (exec) until Kafka (%s) holds every record, nothing subtracted; runs: %s; %s",
+			desc[t], b.Rows, kafkaDesc, fmtRates(a[t].rate), order)
+		if t == toolDebezium {
+			var st []float64
+			for _, d := range runs[t] {
+				st = append(st, d.startup.Seconds())
+			}
+			detail += "; JVM exec → Debezium streaming: " + fmtFloats(st, "%.1f") + " s"
+		}
+		add(toolNames[t]+" drain (start → Kafka holds every record)", mean(a[t].rate), "events/s", detail, runsExtra(a[t].rate))
+	}
+	for t := range 2 {
+		add(toolNames[t]+" drain, steady state (first → last record, LogAppendTime)", mean(a[t].steady), "events/s",
+			"(records-1) / (last - first LogAppendTime): the drain without the tool's start-up; runs: "+fmtRates(a[t].steady), runsExtra(a[t].steady))
+	}
+	for t := range 2 {
+		ex := runsExtra(a[t].cpu)
+		for i, v := range a[t].steadyCPU {
+			ex[fmt.Sprintf("steady_run%d", i+1)] = v
+		}
+		add(toolNames[t]+" CPU s per 100k events (process tree, start → all in Kafka)", mean(a[t].cpu), "s",
+			fmt.Sprintf("utime+stime of the process and its children (/proc/<pid>/stat; JVM threads count in the process), start-up included; runs: %s; steady state only (first record seen → end, per record appended then): %s s",
+				fmtFloats(a[t].cpu, "%.2f"), fmtFloats(a[t].steadyCPU, "%.2f")), ex)
+	}
+	for t := range 2 {
+		add(toolNames[t]+" peak RSS (VmHWM, process tree)", slices.Max(a[t].rss), "MiB",
+			"highest of the runs' VmHWM (summed over the tree) during the drain; runs: "+fmtFloats(a[t].rss, "%.1f")+" MiB", runsExtra(a[t].rss))
+	}
+	for t := range 2 {
+		l := lats[t]
+		detail := fmt.Sprintf("p50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms over %d records; %d single-row inserts by %d writers at %.0f/s for %s (target %d/s); commit time = when the writer saw COMMIT return, Kafka time = broker LogAppendTime (1 ms resolution)",
+			l.quantile(0.5), l.quantile(0.95), l.quantile(0.99), l.quantile(1), len(l.lat), l.total, latencyWriters, l.rate, o.LatencyDuration, o.LatencyRate)
+		if l.missing > 0 {
+			detail += fmt.Sprintf("; %d rows without a record", l.missing)
+		}
+		if l.negative > 0 {
+			detail += fmt.Sprintf("; %d records stamped in the millisecond before the writer's clock read", l.negative)
+		}
+		add(fmt.Sprintf("%s commit → Kafka p99 at %d inserts/s", toolNames[t], o.LatencyRate), l.quantile(0.99), "ms", detail,
+			map[string]float64{"p50_ms": finite(l.quantile(0.5)), "p95_ms": finite(l.quantile(0.95)), "p99_ms": finite(l.quantile(0.99)),
+				"max_ms": finite(l.quantile(1)), "rate": l.rate})
+	}
+	type rdef struct {
+		name, goal  string
+		num, den    float64
+		goalAtLeast float64
+	}
+	var perRound, steadyRatios []float64
+	for r := range min(len(a[0].rate), len(a[1].rate)) {
+		v, _ := ratio(a[0].rate[r], a[1].rate[r])
+		perRound = append(perRound, v)
+		s, _ := ratio(a[0].steady[r], a[1].steady[r])
+		steadyRatios = append(steadyRatios, s)
+	}
+	steadyCPU, _ := ratio(mean(a[1].steadyCPU), mean(a[0].steadyCPU))
+	for _, d := range []rdef{
+		{"ratio drain outboxd / debezium", fmt.Sprintf("per round: %s; steady state: %s", fmtFloats(perRound, "%.2f"), fmtFloats(steadyRatios, "%.2f")),
+			mean(a[0].rate), mean(a[1].rate), 3},
+		{"ratio cpu debezium / outboxd", fmt.Sprintf("CPU per event, start-up included; steady state only: %.2f", steadyCPU),
+			mean(a[1].cpu), mean(a[0].cpu), 3},
+		{"ratio rss debezium / outboxd", "peak RSS", slices.Max(a[1].rss), slices.Max(a[0].rss), 5},
+		{"ratio p99 debezium / outboxd", fmt.Sprintf("commit → Kafka at %d/s; p50: %.1f / %.1f ms", o.LatencyRate, lats[1].quantile(0.5), lats[0].quantile(0.5)),
+			lats[1].quantile(0.99), lats[0].quantile(0.99), 5},
+	} {
+		v, ok := ratio(d.num, d.den)
+		x := Result{Scenario: scenario, Name: d.name, Value: v, Unit: "ratio",
+			Detail: fmt.Sprintf("%s (goal ≥ %g: %s)", d.goal, d.goalAtLeast, map[bool]string{true: "met", false: "NOT met"}[v >= d.goalAtLeast])}
+		if !ok {
+			x.Error = fmt.Sprintf("no ratio: %g / %g", d.num, d.den)
+		}
+		res = append(res, x)
+	}
+	text, cfg := describeDbz(dbz)
+	res = append(res, Result{Scenario: scenario, Name: "Debezium configuration", Detail: text, Config: cfg})
+	return res
+}
+
+// vsDebeziumPG is scenario vs-debezium-pg.
+func vsDebeziumPG(ctx context.Context, e *env) ([]Result, error) {
+	const scenario = "vs-debezium-pg"
+	if r := shortSkip(e, scenario); r != nil {
+		return r, nil
+	}
+	side, err := newPGCmpSide(e)
+	if err != nil {
+		return nil, err
+	}
+	k, err := startCmpKafka(e)
+	if err != nil {
+		return nil, err
+	}
+	defer k.stop()
+	return vsDebezium(ctx, e, scenario, side, k)
+}
+
+// vsDebeziumMariaDB is scenario vs-debezium-mariadb.
+func vsDebeziumMariaDB(ctx context.Context, e *env) ([]Result, error) {
+	const scenario = "vs-debezium-mariadb"
+	if r := shortSkip(e, scenario); r != nil {
+		return r, nil
+	}
+	srv, err := startMariaDB(ctx, e.o)
+	if errors.Is(err, errNoMariaDB) {
+		return []Result{{Scenario: scenario, Name: "outboxd vs Debezium", Error: fmt.Sprintf("%v: %v", errSkipped, err)}}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop()
+	e.machine.MariaDB = srv.version
+	k, err := startCmpKafka(e)
+	if err != nil {
+		return nil, err
+	}
+	defer k.stop()
+	return vsDebezium(ctx, e, scenario, newMyCmpSide(e, srv), k)
+}
+
+// shortSkip: the comparison starts JVMs (Kafka, Connect) and drains N rows several times; -short
+// runs it only when named with -only.
+func shortSkip(e *env, scenario string) []Result {
+	if !e.o.Short || slices.Contains(e.o.Only, scenario) {
+		return nil
+	}
+	return []Result{{Scenario: scenario, Name: "outboxd vs Debezium",
+		Error: fmt.Sprintf("%v: not part of -short (starts Apache Kafka and Kafka Connect); name it with -only %s", errSkipped, scenario)}}
+}

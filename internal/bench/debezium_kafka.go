@@ -1,0 +1,220 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxd/outboxd/internal/testenv"
+)
+
+// The vs-debezium scenarios run against Apache Kafka: a private single node (KRaft, combined
+// broker and controller) unless -brokers names one. Every topic is created by the bench before a
+// tool runs, with message.timestamp.type=LogAppendTime: a record's timestamp is the moment the
+// broker appended it, the Kafka side of both the drain's steady-state window and commit → Kafka.
+
+// cmpPartitions is the partition count of the bench's topics (as the test brokers auto-create).
+const cmpPartitions = 3
+
+// cmpKafka is the Kafka of a vs-debezium scenario.
+type cmpKafka struct {
+	brokers []string
+	desc    string
+	stop    func()
+}
+
+func startCmpKafka(e *env) (*cmpKafka, error) {
+	if len(e.o.Brokers) > 0 {
+		return &cmpKafka{brokers: e.o.Brokers, desc: "given by -brokers: " + strings.Join(e.o.Brokers, ","), stop: func() {}}, nil
+	}
+	e.o.Log.Info("starting a private Apache Kafka node")
+	k, err := testenv.StartApacheKafka(testenv.ApacheOpts{Props: []string{"log.message.timestamp.type=LogAppendTime"}})
+	if err != nil {
+		return nil, fmt.Errorf("start Apache Kafka %s for the Debezium comparison (needs java and, once, mvn; or pass -brokers): %w",
+			testenv.ApacheKafkaVersion, err)
+	}
+	return &cmpKafka{brokers: []string{k.Addr()},
+		desc: "Apache Kafka " + testenv.ApacheKafkaVersion + " (private single KRaft node, JVM -Xmx512m, same machine)", stop: k.Destroy}, nil
+}
+
+func newBenchAdmin(brokers []string) (sarama.ClusterAdmin, error) {
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V2_8_0_0
+	sc.Metadata.Retry.Max = 5
+	sc.Admin.Timeout = 30 * time.Second
+	return sarama.NewClusterAdmin(brokers, sc)
+}
+
+// createLogAppendTopics creates topics (cmpPartitions partitions, the broker's replication
+// factor, LogAppendTime timestamps) and waits until each partition has a leader.
+func createLogAppendTopics(brokers, topics []string) error {
+	adm, err := newBenchAdmin(brokers)
+	if err != nil {
+		return fmt.Errorf("connect to Kafka at %s: %w", strings.Join(brokers, ","), err)
+	}
+	defer adm.Close()
+	lat := "LogAppendTime"
+	for _, t := range topics {
+		err := adm.CreateTopic(t, &sarama.TopicDetail{NumPartitions: cmpPartitions, ReplicationFactor: -1,
+			ConfigEntries: map[string]*string{"message.timestamp.type": &lat}}, false)
+		if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
+			return fmt.Errorf("create topic %s (message.timestamp.type=LogAppendTime): %w", t, err)
+		}
+	}
+	cl, err := newBenchClient(brokers)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	deadline := time.Now().Add(time.Minute)
+	for _, t := range topics {
+		for {
+			err := cl.RefreshMetadata(t)
+			if err == nil {
+				var parts []int32
+				if parts, err = cl.Partitions(t); err == nil && len(parts) == cmpPartitions {
+					ok := true
+					for _, p := range parts {
+						if _, lerr := cl.Leader(t, p); lerr != nil {
+							ok = false
+						}
+					}
+					if ok {
+						break
+					}
+				}
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("topic %s has no leader for every partition a minute after its creation: %v", t, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// kafkaRecord is what the bench keeps of one record read back.
+type kafkaRecord struct {
+	id      string    // header "id" (outboxd and Debezium's router both set it)
+	ts      time.Time // LogAppendTime
+	orderID int64     // payload's "orderId" (-1 if none)
+}
+
+// readBack reads every record of topics from the start up to the end offsets at the call
+// (at_least_once, non-transactional: offsets are records).
+func readBack(ctx context.Context, brokers, topics []string) ([]kafkaRecord, error) {
+	want, err := countRecords(brokers, topics)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topics...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	out := make([]kafkaRecord, 0, want)
+	for int64(len(out)) < want {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return out, fmt.Errorf("read back %d of %d records: %w", len(out), want, ctx.Err())
+		}
+		var ferr error
+		fs.EachError(func(t string, p int32, err error) { ferr = fmt.Errorf("fetch %s/%d: %w", t, p, err) })
+		if ferr != nil {
+			return out, ferr
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			k := kafkaRecord{ts: r.Timestamp, orderID: -1}
+			for _, h := range r.Headers {
+				if h.Key == "id" {
+					k.id = string(h.Value)
+				}
+			}
+			if v, ok := jsonIntField(r.Value, "orderId"); ok {
+				k.orderID = v
+			}
+			out = append(out, k)
+		})
+	}
+	return out, nil
+}
+
+// jsonIntField finds "key": <integer> in a JSON text (PostgreSQL's jsonb text and MariaDB's
+// JSON_OBJECT both write `"key": 12`); it does not parse the document.
+func jsonIntField(v []byte, key string) (int64, bool) {
+	pat := `"` + key + `"`
+	s := string(v)
+	for {
+		i := strings.Index(s, pat)
+		if i < 0 {
+			return 0, false
+		}
+		rest := strings.TrimLeft(s[i+len(pat):], " \t\n\r")
+		if !strings.HasPrefix(rest, ":") {
+			s = s[i+len(pat):]
+			continue
+		}
+		rest = strings.TrimLeft(rest[1:], " \t\n\r")
+		j := 0
+		if j < len(rest) && rest[j] == '-' {
+			j++
+		}
+		for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
+			j++
+		}
+		if j == 0 || (j == 1 && rest[0] == '-') {
+			return 0, false
+		}
+		var n int64
+		if _, err := fmt.Sscan(rest[:j], &n); err != nil {
+			return 0, false
+		}
+		return n, true
+	}
+}
+
+// backlogCheck summarises a drain's records: how many, how many distinct event ids, and the
+// first and last LogAppendTime.
+type backlogCheck struct {
+	records, distinct int
+	first, last       time.Time
+}
+
+func checkBacklog(recs []kafkaRecord) backlogCheck {
+	c := backlogCheck{records: len(recs)}
+	seen := make(map[string]struct{}, len(recs))
+	for _, r := range recs {
+		if r.id != "" {
+			seen[r.id] = struct{}{}
+		}
+		if c.first.IsZero() || r.ts.Before(c.first) {
+			c.first = r.ts
+		}
+		if r.ts.After(c.last) {
+			c.last = r.ts
+		}
+	}
+	c.distinct = len(seen)
+	return c
+}
+
+// appendedAfter counts the records appended after t (LogAppendTime has millisecond resolution:
+// a record of t's millisecond counts as after).
+func appendedAfter(recs []kafkaRecord, t time.Time) int {
+	n := 0
+	cut := t.Truncate(time.Millisecond)
+	for _, r := range recs {
+		if !r.ts.Before(cut) {
+			n++
+		}
+	}
+	return n
+}
