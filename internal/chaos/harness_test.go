@@ -196,6 +196,31 @@ type fixture struct {
 	offs   string // offsets file, shared by every instance
 	// exactlyOnce selects kafka.delivery exactly_once (offsets in the Kafka transaction).
 	exactlyOnce bool
+	// kafkaOffsets selects offsets.store kafka with at_least_once.
+	kafkaOffsets bool
+	// kafkaAddrs, when set, are the brokers (an Apache Kafka node or cluster) instead of broker.
+	kafkaAddrs []string
+	// topics is the regular expression of the outbox topics the check reads (default
+	// outbox\.event\..*); kafkaExtra and offsetsExtra are extra lines of the kafka and offsets
+	// sections, outboxExtra an outbox section (a scenario on a shared cluster names its own topics,
+	// transactional id and offsets key).
+	topics, kafkaExtra, offsetsExtra, outboxExtra string
+}
+
+// brokerAddrs is the bootstrap list of the fixture's Kafka.
+func (f *fixture) brokerAddrs() []string {
+	if f.kafkaAddrs != nil {
+		return f.kafkaAddrs
+	}
+	return []string{f.broker.Addr()}
+}
+
+// topicPattern is the regular expression of the outbox topics.
+func (f *fixture) topicPattern() string {
+	if f.topics != "" {
+		return f.topics
+	}
+	return `outbox\.event\..*`
 }
 
 // newBroker starts a broker whose data survives Stop/Start (Dir).
@@ -230,7 +255,17 @@ func fixtureDir(t *testing.T) string {
 
 func newPostgresFixture(t *testing.T, extra ...string) *fixture {
 	t.Helper()
-	f := &fixture{t: t, dir: fixtureDir(t), broker: newBroker(t), pg: testenv.NewPostgres(t, extra...)}
+	return newPostgresFixtureOn(t, nil, extra...)
+}
+
+// newPostgresFixtureOn is newPostgresFixture on the given brokers (nil: a new kfake broker).
+func newPostgresFixtureOn(t *testing.T, brokers []string, extra ...string) *fixture {
+	t.Helper()
+	f := &fixture{t: t, dir: fixtureDir(t), kafkaAddrs: brokers}
+	if brokers == nil {
+		f.broker = newBroker(t)
+	}
+	f.pg = testenv.NewPostgres(t, extra...)
 	if err := f.pg.Exec(context.Background(), "app", testenv.OutboxDDL, "CREATE TABLE public.busy (id bigserial PRIMARY KEY, note text)"); err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +284,17 @@ func newPostgresFixture(t *testing.T, extra ...string) *fixture {
 
 func newMariaDBFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := &fixture{t: t, dir: fixtureDir(t), broker: newBroker(t), maria: testenv.NewMariaDB(t, testenv.MariaDBOptions{RowMetadata: true})}
+	return newMariaDBFixtureOn(t, nil)
+}
+
+// newMariaDBFixtureOn is newMariaDBFixture on the given brokers (nil: a new kfake broker).
+func newMariaDBFixtureOn(t *testing.T, brokers []string) *fixture {
+	t.Helper()
+	f := &fixture{t: t, dir: fixtureDir(t), kafkaAddrs: brokers}
+	if brokers == nil {
+		f.broker = newBroker(t)
+	}
+	f.maria = testenv.NewMariaDB(t, testenv.MariaDBOptions{RowMetadata: true})
 	if err := f.maria.Exec(context.Background(), "app", testenv.MariaDBOutboxDDL("app.outbox", "CHAR(36)")); err != nil {
 		t.Fatal(err)
 	}
@@ -274,17 +319,20 @@ func (f *fixture) config(name, httpListen, extra string) string {
 	if f.exactlyOnce {
 		delivery, store = "exactly_once", "kafka"
 	}
+	if f.kafkaOffsets {
+		store = "kafka"
+	}
 	cfg := fmt.Sprintf(`shutdown_timeout: 20s
 %skafka:
   brokers: [%s]
   delivery: %s
-offsets:
+%soffsets:
   store: %s
   path: %s
   commit_interval: 20ms
-http:
+%shttp:
   listen: "%s"
-%s`, f.source, f.broker.Addr(), delivery, store, f.offs, httpListen, extra)
+%s%s`, f.source, strings.Join(f.brokerAddrs(), ", "), delivery, f.kafkaExtra, store, f.offs, f.offsetsExtra, httpListen, f.outboxExtra, extra)
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		f.t.Fatal(err)
 	}

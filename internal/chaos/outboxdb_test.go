@@ -140,12 +140,18 @@ type writer struct {
 
 var aggTypes = []string{"order", "customer", "invoice"}
 
+// writerSeq numbers the writers' transactions (the payload's seq), increasing across the
+// writers of a test run, so that a scenario that writes, stops and writes again keeps one
+// commit order for the per-key order check.
+var writerSeq atomic.Int64
+
 func startWriter(db outboxDB, pause time.Duration) *writer {
 	w := &writer{stopCh: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		defer db.reset()
-		for seq := 0; ; seq++ {
+		for {
+			seq := int(writerSeq.Add(1)) // commit order across writers of one test run
 			select {
 			case <-w.stopCh:
 				return
@@ -154,7 +160,7 @@ func startWriter(db outboxDB, pause time.Duration) *writer {
 			rows := make([]row, 1+mrand.IntN(3))
 			for i := range rows {
 				k := fmt.Sprintf("k%d", mrand.IntN(50))
-				rows[i] = row{id: uuid4(), agg: aggTypes[seq%len(aggTypes)], key: k, payload: fmt.Sprintf(`{"seq": %d, "key": "%s"}`, seq, k)}
+				rows[i] = row{id: uuid4(), agg: aggTypes[seq%len(aggTypes)], key: k, payload: fmt.Sprintf(`{"seq": %d, "i": %d, "key": "%s"}`, seq, i, k)}
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			err := db.insert(ctx, rows)
@@ -176,18 +182,33 @@ func (w *writer) stop() { close(w.stopCh); <-w.done }
 
 // ---- the check ----
 
-// readAll reads every record of the outbox topics (read_committed, from the beginning) until
-// nothing new arrives for idle.
-func readAll(t *testing.T, addr string, idle time.Duration) []testenv.Consumed {
+// readAll reads every record of the topics matching pattern (read_committed, from the
+// beginning) until nothing new arrives for idle.
+func readAll(t *testing.T, addrs []string, pattern string, idle time.Duration) []testenv.Consumed {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeRegex(), kgo.ConsumeTopics(`outbox\.event\..*`),
+	recs := readRecords(t, addrs, pattern, idle)
+	out := make([]testenv.Consumed, len(recs))
+	for i, r := range recs {
+		c := testenv.Consumed{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Headers: map[string]string{}}
+		for _, h := range r.Headers {
+			c.Headers[h.Key] = string(h.Value)
+		}
+		out[i] = c
+	}
+	return out
+}
+
+// readRecords is readAll with franz-go's records (producer id and epoch included).
+func readRecords(t *testing.T, addrs []string, pattern string, idle time.Duration) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeRegex(), kgo.ConsumeTopics(pattern),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.MetadataMinAge(100*time.Millisecond), kgo.MetadataMaxAge(time.Second),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(200*time.Millisecond))
 	if err != nil {
 		t.Fatalf("consumer: %v", err)
 	}
 	defer cl.Close()
-	var out []testenv.Consumed
+	var out []*kgo.Record
 	start, last := time.Now(), time.Now()
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
@@ -196,11 +217,7 @@ func readAll(t *testing.T, addr string, idle time.Duration) []testenv.Consumed {
 		n := 0
 		f.EachRecord(func(r *kgo.Record) {
 			n++
-			c := testenv.Consumed{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Headers: map[string]string{}}
-			for _, h := range r.Headers {
-				c.Headers[h.Key] = string(h.Value)
-			}
-			out = append(out, c)
+			out = append(out, r)
 		})
 		if n > 0 {
 			last = time.Now()
@@ -253,7 +270,7 @@ func verify(t *testing.T, f *fixture, within time.Duration) tally {
 	}
 	deadline := time.Now().Add(within)
 	for {
-		tl := count(truth, readAll(t, f.broker.Addr(), 1500*time.Millisecond))
+		tl := count(truth, readAll(t, f.brokerAddrs(), f.topicPattern(), 1500*time.Millisecond))
 		if tl.lost == 0 || time.Now().After(deadline) {
 			return tl
 		}

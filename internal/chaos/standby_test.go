@@ -11,6 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outboxd/outboxd/internal/testenv"
 )
 
 // writeRows commits n single-row transactions.
@@ -89,6 +91,18 @@ func TestPostgresHotStandby(t *testing.T) {
 func TestMariaDBHotStandby(t *testing.T) {
 	f := newMariaDBFixture(t)
 	hotStandby(t, f, "lock=outboxd:4343:app.outbox")
+}
+
+// TestApachePostgresHotStandby and TestApacheMariaDBHotStandby are the hot-standby tests on a
+// single Apache Kafka node.
+func TestApachePostgresHotStandby(t *testing.T) {
+	k := testenv.NewApacheKafka(t, testenv.ApacheOpts{})
+	hotStandby(t, newPostgresFixtureOn(t, []string{k.Addr()}), "active_pid=")
+}
+
+func TestApacheMariaDBHotStandby(t *testing.T) {
+	k := testenv.NewApacheKafka(t, testenv.ApacheOpts{})
+	hotStandby(t, newMariaDBFixtureOn(t, []string{k.Addr()}), "lock=outboxd:4343:app.outbox")
 }
 
 // TestSlotMetrics: the active instance exposes the slot's wal_status and retained WAL.
