@@ -1,7 +1,7 @@
 // Package outbox turns a captured outbox row into a Kafka record, with the defaults of Debezium's
 // Outbox Event Router: topic "outbox.event.${routedByValue}" (routedByValue = the aggregate type),
 // key = aggregate id, value = the payload bytes as stored, header "id" = the event id, plus
-// configured extra header columns.
+// configured extra header columns (a NULL column gives a header with a null value, as Debezium).
 //
 // Route is a pure function of its inputs: no I/O, no clock; its only shared state is a memo of
 // topic names per aggregate type (bounded, read lock-free). A Router is safe for concurrent use.
@@ -169,9 +169,15 @@ func (r *Router) route(row *source.Row) (sink.Record, error) {
 		if err != nil {
 			return rec, err
 		}
-		if !v.Null {
-			rec.Headers = append(rec.Headers, sink.Header{Key: h.Name, Value: v.Bytes})
+		// As Debezium (SimpleHeaderConverter): a NULL column is a header with a null value, an
+		// empty one a header with an empty value.
+		val := v.Bytes
+		if !v.Null && val == nil {
+			val = []byte{}
+		} else if v.Null {
+			val = nil
 		}
+		rec.Headers = append(rec.Headers, sink.Header{Key: h.Name, Value: val})
 	}
 	return rec, nil
 }

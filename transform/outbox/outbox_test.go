@@ -46,9 +46,12 @@ func TestRoute(t *testing.T) {
 		{name: "debezium defaults", cfg: def,
 			row:  row("id", uid, "aggregatetype", "order", "aggregateid", "42", "type", "created", "payload", `{"a": 1}`),
 			want: sink.Record{Topic: "outbox.event.order", Key: []byte("42"), Value: []byte(`{"a": 1}`), Headers: []sink.Header{{Key: "id", Value: []byte(uid)}}}},
-		{name: "extra headers, NULL header omitted", cfg: withHeaders,
+		{name: "extra headers, a NULL column is a header with a null value (as Debezium)", cfg: withHeaders,
 			row:  row("id", uid, "aggregatetype", "order", "aggregateid", "42", "type", "created", "payload", "x", "tenant", nil),
-			want: sink.Record{Topic: "outbox.event.order", Key: []byte("42"), Value: []byte("x"), Headers: []sink.Header{{Key: "id", Value: []byte(uid)}, {Key: "eventType", Value: []byte("created")}}}},
+			want: sink.Record{Topic: "outbox.event.order", Key: []byte("42"), Value: []byte("x"), Headers: []sink.Header{{Key: "id", Value: []byte(uid)}, {Key: "eventType", Value: []byte("created")}, {Key: "tenant", Value: nil}}}},
+		{name: "extra headers, an empty column is a header with an empty value", cfg: withHeaders,
+			row:  row("id", uid, "aggregatetype", "order", "aggregateid", "42", "type", nil, "payload", "x", "tenant", []byte(nil)),
+			want: sink.Record{Topic: "outbox.event.order", Key: []byte("42"), Value: []byte("x"), Headers: []sink.Header{{Key: "id", Value: []byte(uid)}, {Key: "eventType", Value: nil}, {Key: "tenant", Value: []byte{}}}}},
 		{name: "NULL payload gives a null value", cfg: def,
 			row:  row("id", uid, "aggregatetype", "order", "aggregateid", "42", "payload", nil),
 			want: sink.Record{Topic: "outbox.event.order", Key: []byte("42"), Value: nil, Headers: []sink.Header{{Key: "id", Value: []byte(uid)}}}},
@@ -107,7 +110,7 @@ func TestRoute(t *testing.T) {
 				t.Fatalf("got %+v\nwant %+v", got, c.want)
 			}
 			for i, h := range c.want.Headers {
-				if got.Headers[i].Key != h.Key || string(got.Headers[i].Value) != string(h.Value) {
+				if got.Headers[i].Key != h.Key || string(got.Headers[i].Value) != string(h.Value) || (got.Headers[i].Value == nil) != (h.Value == nil) {
 					t.Fatalf("header %d = %s=%s, want %s=%s", i, got.Headers[i].Key, got.Headers[i].Value, h.Key, h.Value)
 				}
 			}

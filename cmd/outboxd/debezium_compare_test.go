@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/outboxd/outboxd/internal/testenv"
+)
+
+// The byte-for-byte comparison with Debezium (issue 12, item 6): the same outbox rows go through
+// Debezium 3.6.1's PostgreSQL connector with the Outbox Event Router on Kafka Connect 4.4
+// (StringConverter key and value, SimpleHeaderConverter, type as header eventType, no Debezium
+// context headers; its own slot and publication) into topics dbz.<aggregatetype>, and through
+// outboxd (outbox.headers {type: eventType, ...}) into obx.<aggregatetype>, on one Apache Kafka
+// node. Per event (matched by the id header): topic suffix, partition, key, value, headers
+// (names, order, bytes, null vs absent), timestamp type, and per topic-partition the order of
+// events must be equal, except for the differences listed in pgDeliberate, each of which must
+// show up exactly as listed (the list is README's, kept honest by this test).
+
+func ip(i int) *int   { return &i }
+func bp(b bool) *bool { return &b }
+
+// cmpRow is one outbox row; nil fields are SQL NULL.
+type cmpRow struct {
+	label   string
+	aggType string
+	aggID   *string
+	typ     *string
+	payload *string // jsonb input text
+	tenant  *string // extra header columns: text, int, boolean
+	attempt *int
+	urgent  *bool
+	deleted bool // deleted again in the same transaction (Debezium's habit)
+}
+
+// id is the row's event id, a uuid derived from its label.
+func (r cmpRow) id() string {
+	h := sha256.Sum256([]byte(r.label))
+	x := fmt.Sprintf("%x", h[:16])
+	return x[0:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:32]
+}
+
+// cmpTxs are the transactions of the comparison, in commit order: every jsonb shape, SQL NULL
+// payload, non-ASCII keys, extra header columns (text, int, boolean, NULL), multi-row
+// transactions, an insert deleted in its own transaction.
+func cmpTxs() [][]cmpRow {
+	one := func(label, payload string) []cmpRow {
+		return []cmpRow{{label: label, aggType: "Order", aggID: sp("order-" + label), typ: sp("OrderCreated"), payload: sp(payload),
+			tenant: sp("acme"), attempt: ip(1), urgent: bp(false)}}
+	}
+	txs := [][]cmpRow{
+		one("object", `{"id": 1, "lineItems": [{"id": 1, "item": "Debezium in Action", "status": "ENTERED", "quantity": 2, "totalPrice": 39.98}], "orderDate": "2019-01-31T12:13:01", "customerId": 123}`),
+		one("object-unsorted-spaced", `{ "zeta":1,"a" : [ ],"bb":{ } , "a2": "x"}`),
+		one("object-duplicate-keys", `{"k": 1, "k": 2}`),
+		one("empty-object", `{}`),
+		one("array", `[1, "two", null, true, {"b": 2, "a": 1}, [[]]]`),
+		one("empty-array", `[]`),
+		one("string", `"hello"`),
+		one("empty-string", `""`),
+		one("number-int", `42`),
+		one("number-negative-exp", `-1.50e10`),
+		one("number-fraction", `0.1000`),
+		one("number-big", `123456789012345678901234567890.123456789`),
+		one("true", `true`),
+		one("false", `false`),
+		one("json-null", `null`),
+		one("nested", `{"a": {"b": {"c": {"d": [1, {"e": [null, {"f": "deep"}]}]}}}}`),
+		one("unicode", `{"name": "Zoë Ångström 日本語 Ελληνικά", "emoji": "😀🚀", "astral": "𝄞𐍈"}`),
+		one("escapes", `{"s": "quote \" backslash \\ slash \/ nl \n tab \t cr \r bs \b ff \f ctl \u0001 \u001f", "u": "\u00e9\u65e5\ud83d\ude00"}`),
+		one("escaped-key", `{"k\"ey\n": "v", "é": 1}`),
+		one("whitespace-string", `"   "`),
+		{{label: "null-payload", aggType: "Order", aggID: sp("order-null"), typ: sp("OrderDeleted"), payload: nil,
+			tenant: sp("acme"), attempt: ip(2), urgent: bp(true)}},
+		{{label: "null-headers", aggType: "Order", aggID: sp("order-nh"), typ: nil, payload: sp(`{"h": null}`)}},
+		{{label: "header-values", aggType: "Order", aggID: sp("order-hv"), typ: sp("Typé 日本 😀"), payload: sp(`1`),
+			tenant: sp(""), attempt: ip(-2147483648), urgent: bp(true)}},
+	}
+	// non-ASCII keys (aggregateid), each its own transaction
+	for i, k := range []string{"Ünïcødé", "日本語-キー", "😀-astral-𝄞", "tab\tand space", "ümlaut"} {
+		txs = append(txs, []cmpRow{{label: fmt.Sprintf("key-%d", i), aggType: "Customer", aggID: sp(k), typ: sp("CustomerUpdated"),
+			payload: sp(fmt.Sprintf(`{"i": %d}`, i)), tenant: sp("ümlaut"), attempt: ip(i), urgent: bp(i%2 == 0)}})
+	}
+	// multi-row transactions: several aggregates and types, keys spread over the partitions
+	for tx := 0; tx < 4; tx++ {
+		var rows []cmpRow
+		for j := 0; j < 6; j++ {
+			typ := []string{"Order", "Customer", "a.b-c_D"}[(tx+j)%3]
+			rows = append(rows, cmpRow{label: fmt.Sprintf("tx%d-%d", tx, j), aggType: typ, aggID: sp(fmt.Sprintf("agg-%d", j%4)),
+				typ: sp("Multi"), payload: sp(fmt.Sprintf(`{"tx": %d, "row": %d, "list": [%d, "x"]}`, tx, j, j)),
+				tenant: sp("t" + fmt.Sprint(j)), attempt: ip(j), urgent: bp(j%2 == 1)})
+		}
+		txs = append(txs, rows)
+	}
+	// insert then delete in one transaction: both publish the insert once
+	txs = append(txs, []cmpRow{
+		{label: "insert-delete", aggType: "Order", aggID: sp("order-id"), typ: sp("Transient"), payload: sp(`{"gone": true}`), deleted: true},
+		{label: "after-delete", aggType: "Order", aggID: sp("order-id"), typ: sp("Kept"), payload: sp(`{"kept": true}`)},
+	})
+	// a NULL aggregateid: Debezium sends a null key, outboxd dead-letters the row (pgDeliberate)
+	txs = append(txs, []cmpRow{{label: "null-key", aggType: "Order", aggID: nil, typ: sp("NoKey"), payload: sp(`{"k": null}`)}})
+	return txs
+}
+
+// pgDeliberate are the differences outboxd keeps on purpose (README lists them). Each must show
+// up at least once, and every difference must match one.
+var pgDeliberate = []deliberate{
+	{row: "null-key", field: "routed", dbz: "topic Order, key null", obx: "dead-lettered: missing_column",
+		why: "a NULL aggregateid: Debezium produces a record with a null key (spread over the partitions), outboxd dead-letters the row (reason missing_column): it never sends an event without its aggregate's key"},
+	{row: "*", field: "header urgent", dbz: `"true"`, obx: `"t"`,
+		why: "a boolean header column: Debezium writes Connect's rendering (true/false), outboxd PostgreSQL's text output (t/f); every header column is sent as the database's text"},
+	{row: "*", field: "header urgent", dbz: `"false"`, obx: `"f"`, why: "as above"},
+}
+
+// TestDebeziumByteForByte: see the top of the file.
+func TestDebeziumByteForByte(t *testing.T) {
+	start := time.Now()
+	k := testenv.NewApacheKafka(t, testenv.ApacheOpts{})
+	e := newEnvOn(t, &testenv.Broker{Port: k.Port}, `outbox:
+  topic: obx.${routedByValue}
+  headers: {type: eventType, tenant: tenant, attempt: attempt, urgent: urgent}
+`)
+	ctx := context.Background()
+	if err := e.pg.Exec(ctx, "app", "ALTER TABLE public.outbox ADD COLUMN tenant text, ADD COLUMN attempt int, ADD COLUMN urgent boolean"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testenv.DebeziumPostgresOutbox(e.pg.Conn("app"), "dbz_cmp", "dbz_cmp", "public.outbox", map[string]string{
+		"transforms.outbox.route.topic.replacement":           "dbz.${routedByValue}",
+		"transforms.outbox.table.fields.additional.placement": "type:header:eventType,tenant:header:tenant,attempt:header:attempt,urgent:header:urgent",
+	})
+	t.Logf("Debezium connector config:\n%s", dumpConfig(cfg))
+	c := testenv.NewConnect(t, testenv.ConnectOpts{Bootstrap: k.Addr(), Connector: cfg})
+	t.Logf("Kafka Connect + Debezium streaming %v after exec", c.Started.Round(time.Millisecond))
+	p := e.start()
+
+	txs := cmpTxs()
+	conn := e.conn()
+	var rows []cmpRow
+	for _, tx := range txs {
+		b, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range tx {
+			if _, err := b.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, tenant, attempt, urgent)
+				VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8)`, r.id(), r.aggType, r.aggID, r.typ, r.payload, r.tenant, r.attempt, r.urgent); err != nil {
+				t.Fatalf("insert %s: %v", r.label, err)
+			}
+			if r.deleted {
+				if _, err := b.Exec(ctx, `DELETE FROM outbox WHERE id = $1`, r.id()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rows = append(rows, r)
+		}
+		if err := b.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Updates and deletes are no events for either.
+	if _, err := conn.Exec(ctx, `UPDATE outbox SET payload = '{"updated": true}'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `DELETE FROM outbox WHERE aggregatetype = 'Customer'`); err != nil {
+		t.Fatal(err)
+	}
+	res := compareDebezium(t, k.Addr(), rows, pgDeliberate)
+	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+		t.Errorf("outboxd exit code %d after SIGTERM", code)
+	}
+	t.Logf("compared %d events (%d transactions): %d fields equal, %d deliberate differences, took %v",
+		len(rows), len(txs), res.equal, res.deliberate, time.Since(start).Round(time.Millisecond))
+}
+
+// dumpConfig prints a connector config as sorted key=value lines.
+func dumpConfig(cfg map[string]string) string {
+	var lines []string
+	for k, v := range cfg {
+		lines = append(lines, k+"="+v)
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
