@@ -23,7 +23,8 @@ import (
 //     steady-state rate runs from the first to the last record's LogAppendTime. CPU is the tool's
 //     process tree (/proc/<pid>/stat utime+stime+cutime+cstime), peak RSS its VmHWM.
 //   - latency: each tool in turn (outboxd first) streams while 4 writers commit single-row
-//     transactions at LatencyRate/s for LatencyDuration; latency = the record's LogAppendTime
+//     transactions at LatencyRate/s for 5 s of warm-up (reported apart) and then LatencyDuration
+//     (measured); latency = the record's LogAppendTime
 //     (the topics are created with message.timestamp.type=LogAppendTime) minus the moment the
 //     writer saw its COMMIT return.
 
@@ -139,6 +140,9 @@ func vsDebezium(ctx context.Context, e *env, scenario string, side cmpSide, k *c
 	saved := e.brokers
 	e.brokers = k.brokers // outboxdYAML and the helpers produce to the comparison's Kafka
 	defer func() { e.brokers = saved }()
+	if !strings.Contains(e.machine.Kafka, "vs-debezium") {
+		e.machine.Kafka += "; vs-debezium scenarios: " + k.desc
+	}
 
 	tag := e.runID + "_" + strings.ReplaceAll(strings.TrimPrefix(scenario, "vs-"), "-", "_")
 	b, err := side.prepare(ctx, tag, o.N, 2*o.Rounds)
@@ -262,7 +266,7 @@ func cmpResults(scenario, dbzDesc, kafkaDesc string, b *Backlog, runs [2][]drain
 		}
 	}
 	for t := range 2 {
-		detail := fmt.Sprintf("%s; %d single-row transactions, from the tool's start (exec) until Kafka (%s) holds every record, nothing subtracted; runs: %s; %s",
+		detail := fmt.Sprintf("%s; %d single-row transactions, from the tool's start (exec) until Kafka holds every record, nothing subtracted (Kafka: %s); runs: %s; %s",
 			desc[t], b.Rows, kafkaDesc, fmtRates(a[t].rate), order)
 		if t == toolDebezium {
 			var st []float64
@@ -292,8 +296,10 @@ func cmpResults(scenario, dbzDesc, kafkaDesc string, b *Backlog, runs [2][]drain
 	}
 	for t := range 2 {
 		l := lats[t]
-		detail := fmt.Sprintf("p50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms over %d records; %d single-row inserts by %d writers at %.0f/s for %s (target %d/s); commit time = when the writer saw COMMIT return, Kafka time = broker LogAppendTime (1 ms resolution)",
-			l.quantile(0.5), l.quantile(0.95), l.quantile(0.99), l.quantile(1), len(l.lat), l.total, latencyWriters, l.rate, o.LatencyDuration, o.LatencyRate)
+		warm := latencyRun{lat: l.warm}
+		detail := fmt.Sprintf("p50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms over %d records committed in %s at %.0f/s (target %d/s) by %d writers, after a %s warm-up at the same rate (its p50 %.1f ms, p99 %.1f ms, not counted); commit time = when the writer saw COMMIT return, Kafka time = broker LogAppendTime (1 ms resolution)",
+			l.quantile(0.5), l.quantile(0.95), l.quantile(0.99), l.quantile(1), len(l.lat), o.LatencyDuration, l.rate, o.LatencyRate,
+			latencyWriters, latencyWarmup, warm.quantile(0.5), warm.quantile(0.99))
 		if l.missing > 0 {
 			detail += fmt.Sprintf("; %d rows without a record", l.missing)
 		}
@@ -302,7 +308,8 @@ func cmpResults(scenario, dbzDesc, kafkaDesc string, b *Backlog, runs [2][]drain
 		}
 		add(fmt.Sprintf("%s commit → Kafka p99 at %d inserts/s", toolNames[t], o.LatencyRate), l.quantile(0.99), "ms", detail,
 			map[string]float64{"p50_ms": finite(l.quantile(0.5)), "p95_ms": finite(l.quantile(0.95)), "p99_ms": finite(l.quantile(0.99)),
-				"max_ms": finite(l.quantile(1)), "rate": l.rate})
+				"max_ms": finite(l.quantile(1)), "rate": l.rate,
+				"warmup_p50_ms": finite(warm.quantile(0.5)), "warmup_p99_ms": finite(warm.quantile(0.99))})
 	}
 	type rdef struct {
 		name, goal  string

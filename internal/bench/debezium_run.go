@@ -215,6 +215,7 @@ func measureDrain(ctx context.Context, brokers, topics []string, rows int, start
 // latencyRun is one tool's commit → Kafka measurement.
 type latencyRun struct {
 	lat      []time.Duration // sorted
+	warm     []time.Duration // of the warm-up rows (not in lat), sorted
 	rate     float64         // inserts/s achieved
 	total    int
 	missing  int // rows without a record
@@ -237,9 +238,14 @@ type rowWriter interface {
 
 const latencyWriters = 4
 
+// latencyWarmup is how long the writers run at the rate before the measured rows: both tools
+// get the same warm-up (the JVM's JIT compiles the hot path in it), reported apart.
+const latencyWarmup = 5 * time.Second
+
 // measureLatency starts a tool, commits one warm-up row per topic and waits until Kafka holds
-// them, then has latencyWriters connections commit single-row transactions at rate/s for dur
-// (row k at start + k/rate). The writer records when each COMMIT returned; once Kafka holds every
+// them, then has latencyWriters connections commit single-row transactions at rate/s for
+// latencyWarmup + dur (row k at start + k/rate); the rows of the first latencyWarmup are
+// measured apart. The writer records when each COMMIT returned; once Kafka holds every
 // row the tool is stopped and each record's LogAppendTime minus its row's commit time is its
 // latency.
 func measureLatency(ctx context.Context, brokers, topics []string, rate int, dur time.Duration,
@@ -289,8 +295,10 @@ func measureLatency(ctx context.Context, brokers, topics []string, rate int, dur
 	if err := waitFor(int64(len(aggTypes)), 3*time.Minute); err != nil {
 		return l, fmt.Errorf("warm-up: %w", err)
 	}
+	warmRows := int(float64(rate) * latencyWarmup.Seconds())
 	l.total = int(float64(rate) * dur.Seconds())
-	commitUS := make([]atomic.Int64, l.total)
+	all := warmRows + l.total
+	commitUS := make([]atomic.Int64, all)
 	begin := time.Now().Add(20 * time.Millisecond)
 	interval := time.Second / time.Duration(rate)
 	var jobs []func(context.Context) error
@@ -301,7 +309,7 @@ func measureLatency(ctx context.Context, brokers, topics []string, rate int, dur
 				return err
 			}
 			defer w.close()
-			for k := wi; k < l.total; k += latencyWriters {
+			for k := wi; k < all; k += latencyWriters {
 				if d := time.Until(begin.Add(time.Duration(k) * interval)); d > 0 {
 					time.Sleep(d)
 				}
@@ -316,8 +324,8 @@ func measureLatency(ctx context.Context, brokers, topics []string, rate int, dur
 	if err := parallel(ctx, jobs...); err != nil {
 		return l, fmt.Errorf("writers: %w", err)
 	}
-	l.rate = float64(l.total) / time.Since(begin).Seconds()
-	if err := waitFor(int64(len(aggTypes)+l.total), 2*time.Minute); err != nil {
+	l.rate = float64(all) / time.Since(begin).Seconds()
+	if err := waitFor(int64(len(aggTypes)+all), 2*time.Minute); err != nil {
 		return l, err
 	}
 	tp.stop()
@@ -326,25 +334,31 @@ func measureLatency(ctx context.Context, brokers, topics []string, rate int, dur
 	if err != nil {
 		return l, err
 	}
-	got := make([]bool, l.total)
+	got := make([]bool, all)
 	for _, r := range recs {
 		k := r.orderID
-		if k < 0 || k >= int64(l.total) || got[k] {
-			continue // warm-up row, or a duplicate (the first one counts)
+		if k < 0 || k >= int64(all) || got[k] {
+			continue // a warm-up row, or a duplicate (the first one counts)
 		}
 		got[k] = true
 		d := r.ts.Sub(time.UnixMicro(commitUS[k].Load()))
+		if k < int64(warmRows) {
+			l.warm = append(l.warm, d)
+			continue
+		}
 		if d < 0 {
 			l.negative++
 		}
 		l.lat = append(l.lat, d)
 	}
+	got = got[warmRows:]
 	for _, g := range got {
 		if !g {
 			l.missing++
 		}
 	}
 	slices.Sort(l.lat)
+	slices.Sort(l.warm)
 	if len(l.lat) == 0 {
 		return l, errors.New("no latencies measured")
 	}
