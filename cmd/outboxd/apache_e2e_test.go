@@ -10,30 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/outboxd/outboxd/internal/testenv"
-	"github.com/outboxd/outboxd/sink/kafka"
 )
 
-// End-to-end tests of the binary against Apache Kafka 4.4 (KRaft, one node) instead of kfake:
-// what users run. Each test gets its own node (about 3 s to start with a warm lib cache), so
-// topics, transactional ids and offsets keys are as on kfake. kcat, an independent client
-// (librdkafka), reads the topics back with read_committed.
-
-// newApacheEnv is newEnv on a fresh Apache Kafka node.
-func newApacheEnv(t *testing.T, extraYAML string) *env {
-	t.Helper()
-	k := testenv.NewApacheKafka(t, testenv.ApacheOpts{})
-	return newEnvOn(t, &testenv.Broker{Port: k.Port}, extraYAML)
-}
-
-// newApacheEOSEnv is newEOSEnv on a fresh Apache Kafka node.
-func newApacheEOSEnv(t *testing.T) *env {
-	t.Helper()
-	e := newApacheEnv(t, "")
-	e.editConfig("kafka:\n", "kafka:\n  delivery: exactly_once\n")
-	e.editConfig("offsets:\n", "offsets:\n  store: kafka\n")
-	return e
-}
+// Broker faults a real broker produces, and kcat (librdkafka, read_committed) as an independent
+// judge. Every e2e test runs on kfake and, with OUTBOXD_TEST_KAFKA=apache, on Apache Kafka 4.4
+// (brokers_test.go); these are the tests of what the broker itself does when it goes away.
 
 // kcatIDs reads topic from the beginning to its end with kcat (read_committed) and returns the
 // id header of every record, in the order read.
@@ -73,93 +57,218 @@ func sameSet(t *testing.T, what string, got, want []string) {
 	}
 }
 
-// TestApacheAtLeastOnceDelivers: at_least_once to Apache Kafka delivers what it delivers on kfake:
-// every committed row once after a clean stop, on the topic of its aggregate type, keyed by
-// aggregate id, the payload as PostgreSQL prints it, the partition murmur2 picks among 3, per-key
-// order; a restart resumes with nothing lost or repeated; kcat agrees.
-func TestApacheAtLeastOnceDelivers(t *testing.T) {
-	e := newApacheEnv(t, "outbox:\n  headers:\n    type: eventType\n")
-	p := e.start()
+// txWriter commits outbox rows in small transactions until stopped and keeps, per transaction,
+// its ids and an LSN inside it (a stored position covers the transaction iff it is past it).
+type txWriter struct {
+	stop chan struct{}
+	done chan []writtenTx
+}
+
+type writtenTx struct {
+	ids []string
+	in  string
+}
+
+func (e *env) startTxWriter(agg string) *txWriter {
+	w := &txWriter{stop: make(chan struct{}), done: make(chan []writtenTx, 1)}
 	c := e.conn()
-	ctx := context.Background()
-	var want []string
-	want = append(want, e.insert(c, "A", 3)...)
-	if _, err := c.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
-		VALUES ('33333333-3333-4333-8333-333333333333', 'customer', 'C', 'y', '[1, 2,3]')`); err != nil {
-		t.Fatal(err)
+	go func() {
+		var txs []writtenTx
+		for i := 0; ; i++ {
+			select {
+			case <-w.stop:
+				w.done <- txs
+				return
+			default:
+			}
+			ids, in := e.insertInTx(c, fmt.Sprintf("%s%d", agg, i%5), 1+i%3)
+			txs = append(txs, writtenTx{ids, in})
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	return w
+}
+
+func (w *txWriter) finish() []writtenTx { close(w.stop); return <-w.done }
+
+func allIDs(txs []writtenTx) []string {
+	var out []string
+	for _, tx := range txs {
+		out = append(out, tx.ids...)
 	}
-	for i := 0; i < 30; i++ {
-		want = append(want, e.insert(c, fmt.Sprintf("K%d", i%4), 1+i%2)...)
+	return out
+}
+
+// watchOutage checks, for d, that outboxd keeps running and that neither the stored position
+// nor the slot passes bound (nothing after it can have been acked); it returns the last stored
+// position seen.
+func (e *env) watchOutage(p *proc, c *pgx.Conn, bound string, d time.Duration) string {
+	e.t.Helper()
+	t := e.t
+	var last string
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		select {
+		case <-p.done:
+			t.Fatalf("outboxd exited %d while the broker was down (it must block and retry):\n%s", p.code, p.out.String())
+		default:
+		}
+		last = e.storedPosition()
+		if lsn(t, last) > lsn(t, bound) {
+			t.Fatalf("stored position %s passed %s while the broker was down", last, bound)
+		}
+		if conf := e.slotConfirmed(c); lsn(t, conf) > lsn(t, bound) {
+			t.Fatalf("slot confirmed %s passed %s while the broker was down", conf, bound)
+		}
 	}
-	all := append(append([]string(nil), want...), "33333333-3333-4333-8333-333333333333")
-	got := testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, len(all), 60*time.Second)
-	if missing := hasAll(got, all); len(missing) > 0 {
-		t.Fatalf("%d of %d rows not delivered to Apache Kafka: %v", len(missing), len(all), missing[:min(5, len(missing))])
+	return last
+}
+
+// TestBrokerKilledWhileRunning (at_least_once): the broker is killed under load (Apache Kafka:
+// SIGKILL of the single node; kfake: closed, state on disk). outboxd keeps running, neither the
+// stored position nor the slot moves past what was committed before the kill, and once the broker
+// is back every row arrives without a restart of outboxd. Then the broker is killed again and
+// outboxd with it: after the broker restarts, Kafka holds every transaction the stored position
+// covers (the position was never ahead of the acks), and a restarted outboxd delivers the rest.
+func TestBrokerKilledWhileRunning(t *testing.T) {
+	b := newRestartableBroker(t)
+	e := newEnvOn(t, b.b, "")
+	c := e.conn()
+	p := e.start()
+	e.deliveredAndStored("before", 2)
+
+	// 1. Killed and back while outboxd runs.
+	w := e.startTxWriter("k")
+	time.Sleep(time.Second)
+	b.kill()
+	killedAt := e.walLSN(c)
+	e.watchOutage(p, c, killedAt, 5*time.Second)
+	t0 := time.Now()
+	b.start(t)
+	t.Logf("phase 1: the broker restarted in %v", time.Since(t0).Round(time.Millisecond))
+	t0 = time.Now()
+	time.Sleep(time.Second)
+	txs := w.finish()
+	want := allIDs(txs)
+	waitUntil(t, 90*time.Second, "every row delivered after the broker came back", func() bool {
+		return hasAll(testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, len(want), 2*time.Second), want) == nil
+	})
+	t.Logf("phase 1: delivered %v after the restart", time.Since(t0).Round(time.Millisecond))
+	if n, dups := countDistinct(testenv.Consume(t, e.broker.Addr(), `outbox\.event\.order`, 0, 1500*time.Millisecond)); n < len(want) {
+		t.Fatalf("%d distinct records, want at least %d", n, len(want))
+	} else {
+		t.Logf("phase 1: %d rows, %d distinct records, %d duplicates (at_least_once)", len(want), n, dups)
 	}
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
-		t.Fatalf("SIGTERM exit %d", code)
+
+	// 2. Killed with outboxd killed during the outage: what the stored position covers is in Kafka.
+	w = e.startTxWriter("m")
+	time.Sleep(time.Second)
+	b.kill()
+	killedAt = e.walLSN(c)
+	stored := e.watchOutage(p, c, killedAt, 3*time.Second)
+	p.stop(t, syscall.SIGKILL)
+	txs2 := w.finish()
+	if s := e.storedPosition(); s != stored {
+		stored = s // the last write before the SIGKILL
 	}
-	for i := 0; i < 5; i++ { // written while outboxd is down
-		want = append(want, e.insert(c, "K0", 1)...)
+	if lsn(t, stored) > lsn(t, killedAt) {
+		t.Fatalf("stored position %s passed %s, the WAL at the broker's kill", stored, killedAt)
 	}
+	b.start(t)
+	held := map[string]bool{}
+	for _, id := range ids(testenv.Consume(t, e.broker.Addr(), `outbox\.event\.order`, 0, 2*time.Second)) {
+		held[id] = true
+	}
+	covered := 0
+	for _, tx := range txs2 {
+		if lsn(t, stored) <= lsn(t, tx.in) {
+			continue
+		}
+		covered++
+		for _, id := range tx.ids {
+			if !held[id] {
+				t.Fatalf("row %s: its transaction (inside it: %s) is covered by the stored position %s, but Kafka does not hold it", id, tx.in, stored)
+			}
+		}
+	}
+	if covered == 0 {
+		t.Fatalf("the stored position %s covers none of the %d transactions written before the kill: nothing was checked", stored, len(txs2))
+	}
+	t.Logf("phase 2: stored position %s covers %d of %d transactions, all in Kafka", stored, covered, len(txs2))
+	want = append(want, allIDs(txs2)...)
 	p = e.start()
-	all = append(all, want[len(want)-5:]...)
-	waitUntil(t, 60*time.Second, "rows written while down delivered", func() bool {
-		return len(hasAll(testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, len(all), 2*time.Second), all)) == 0
+	waitUntil(t, 60*time.Second, "every row delivered after outboxd restarted", func() bool {
+		return hasAll(testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, len(want), 2*time.Second), want) == nil
 	})
 	if code := p.stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
-
-	got = testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, 0, 1500*time.Millisecond)
-	if n, dups := countDistinct(got); n != len(all) || dups != 0 {
-		t.Fatalf("%d distinct records, %d duplicates; want %d and 0 (clean stops)", n, dups, len(all))
-	}
-	db := outboxRows(t, c)
-	pos := map[string]int{}
-	for i, id := range want {
-		pos[id] = i
-	}
-	last := map[string]int{}
-	for _, r := range got {
-		id := r.Header("id")
-		d := db[id]
-		if r.Topic != "outbox.event."+d.agg || string(r.Key) != d.key || string(r.Value) != d.payload || r.Header("eventType") != d.typ {
-			t.Errorf("record %s: topic %s key %s value %s type %s; want %s %s %s %s", id, r.Topic, r.Key, r.Value,
-				r.Header("eventType"), "outbox.event."+d.agg, d.key, d.payload, d.typ)
-		}
-		if wantP := kafka.PartitionFor(r.Key, 3); r.Partition != wantP {
-			t.Errorf("record %s key %s on partition %d, murmur2 says %d", id, r.Key, r.Partition, wantP)
-		}
-		if r.Topic == "outbox.event.order" {
-			if prev, ok := last[string(r.Key)]; ok && pos[id] < prev {
-				t.Errorf("key %s out of commit order", r.Key)
-			}
-			last[string(r.Key)] = pos[id]
-		}
-	}
-	sameSet(t, "kcat read_committed of outbox.event.order", kcatIDs(t, e.broker.Addr(), "outbox.event.order"), want)
 }
 
-// TestApacheEOSDeliversOnceAndResumes is TestEOSDeliversOnceAndResumes on Apache Kafka (real
-// transactions, read_committed, the position in a compacted offsets topic), and kcat
-// (read_committed) sees every row exactly once.
-func TestApacheEOSDeliversOnceAndResumes(t *testing.T) {
-	e := newApacheEOSEnv(t)
-	want := testEOSDeliversOnceAndResumes(t, e)
-	sameSet(t, "kcat read_committed of outbox.event.order", kcatIDs(t, e.broker.Addr(), "outbox.event.order"), want)
-}
+// TestTopicDeletedWhileRunning (Apache Kafka, auto.create.topics.enable=false): the outbox topic
+// is deleted while outboxd runs and rows keep coming. outboxd must not skip them: it blocks (or
+// stops loudly), never dead-letters them, never stores a position past them; once the topic
+// exists again every row written after the deletion arrives.
+func TestTopicDeletedWhileRunning(t *testing.T) {
+	apacheOnly(t, "kfake's test broker always auto-creates topics; the case is a topic gone on a broker that does not")
+	_, b := newPrivateApache(t, testenv.ApacheOpts{Props: []string{"auto.create.topics.enable=false"}})
+	e := newEnvOn(t, b, "")
+	a := e.admin()
+	createTopic(t, a, "outbox.event.order", nil)
+	c := e.conn()
+	p := e.start()
+	e.deliveredAndStored("before", 2)
+	storedBefore := e.storedPosition()
 
-// TestApacheEOSFencing is TestEOSFencing on Apache Kafka, whose transaction coordinator (unlike
-// kfake's) refuses the fenced instance's stale producer epoch.
-func TestApacheEOSFencing(t *testing.T) { testEOSFencing(t, newApacheEOSEnv(t)) }
+	if err := a.DeleteTopic("outbox.event.order"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 30*time.Second, "the topic gone from the metadata", func() bool {
+		ts, err := a.ListTopics()
+		_, there := ts["outbox.event.order"]
+		return err == nil && !there
+	})
+	first, firstIn := e.insertInTx(c, "after", 2)
+	want := first
+	for i := 0; i < 4; i++ {
+		ids, _ := e.insertInTx(c, fmt.Sprintf("after%d", i), 1)
+		want = append(want, ids...)
+	}
+	// 15 s without the topic: outboxd retries (or stops), the position stays before the rows.
+	exited := false
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && !exited; time.Sleep(100 * time.Millisecond) {
+		select {
+		case <-p.done:
+			exited = true
+		default:
+		}
+		if s := e.storedPosition(); lsn(t, s) > lsn(t, firstIn) {
+			t.Fatalf("stored position %s passed the first row written after the deletion (inside its transaction: %s)", s, firstIn)
+		}
+	}
+	out := p.out.String()
+	if strings.Contains(out, "dead-lettering") {
+		t.Fatalf("rows for a deleted topic were dead-lettered:\n%s", out)
+	}
+	if exited {
+		t.Logf("outboxd exited %d without the topic:\n%s", p.code, out)
+		if p.code != 1 || !strings.Contains(out, "outbox.event.order") {
+			t.Fatalf("outboxd exited %d without naming the topic; want exit 1 naming outbox.event.order:\n%s", p.code, out)
+		}
+	} else {
+		t.Logf("outboxd keeps running without the topic (stored position %s, was %s)", e.storedPosition(), storedBefore)
+	}
+	if conf := e.slotConfirmed(c); lsn(t, conf) > lsn(t, firstIn) {
+		t.Fatalf("slot confirmed %s past the first undelivered row (%s)", conf, firstIn)
+	}
 
-// TestApacheEOSSIGKILLLoop is TestEOSSIGKILLLoop on Apache Kafka: outboxd killed five times with
-// transactions open; each restart's InitProducerID makes the real coordinator abort the open one.
-func TestApacheEOSSIGKILLLoop(t *testing.T) { testEOSSIGKILLLoop(t, newApacheEOSEnv(t)) }
-
-// TestApacheAtLeastOnceKafkaOffsets is TestAtLeastOnceKafkaOffsets on Apache Kafka: outboxd
-// creates the compacted offsets topic itself and resumes from the position it stored there.
-func TestApacheAtLeastOnceKafkaOffsets(t *testing.T) {
-	testAtLeastOnceKafkaOffsets(t, newApacheEnv(t, ""))
+	createTopic(t, a, "outbox.event.order", nil)
+	if exited {
+		p = e.start()
+	}
+	waitUntil(t, 90*time.Second, "every row written after the deletion delivered to the new topic", func() bool {
+		return hasAll(testenv.Consume(t, e.broker.Addr(), `outbox\.event\.order`, len(want), 2*time.Second), want) == nil
+	})
+	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("SIGTERM exit %d:\n%s", code, p.out.String())
+	}
 }

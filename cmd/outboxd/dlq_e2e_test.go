@@ -146,6 +146,12 @@ func dlqMetric(t *testing.T, addr string) map[string]int {
 	return out
 }
 
+// dlqPoison is the poison row written inside a transaction of good rows, and how it must fail.
+type dlqPoison struct {
+	name, reason, topic string
+	row                 dlqRow
+}
+
 func byEventID(recs []testenv.Consumed) map[string]testenv.Consumed {
 	m := map[string]testenv.Consumed{}
 	for _, r := range recs {
@@ -157,7 +163,11 @@ func byEventID(recs []testenv.Consumed) map[string]testenv.Consumed {
 // TestDLQPoisonRowsTailAndReplay: a stream of good rows mixed with every kind of poison row.
 // Good records arrive in order, each poison one is in the DLQ with the contract's headers, the
 // stored position passes them, the metric counts them; `dlq tail` shows them; `dlq replay`
-// reports what still fails and, once the topics are fixed, delivers them.
+// reports what still fails and, once the topics are fixed, delivers them. The size refusal is the
+// broker's own (a topic created with a small max.message.bytes), on kfake and on Apache Kafka.
+// The poison row inside a transaction of good rows is refused by authorization on kfake (a fault
+// hook); on Apache Kafka, which runs without an authorizer here (ACLs are the security tests'),
+// it is a second too-large record, on its own small-limit topic.
 func TestDLQPoisonRowsTailAndReplay(t *testing.T) {
 	start := time.Now().Add(-time.Second)
 	e := newEnv(t, "outbox:\n  headers:\n    type: eventType\n")
@@ -178,14 +188,23 @@ func TestDLQPoisonRowsTailAndReplay(t *testing.T) {
 	if v := topicConfig(t, admin, "outbox.event.big", "max.message.bytes"); v != "4096" {
 		t.Fatalf("outbox.event.big max.message.bytes = %q, want 4096", v)
 	}
-	auth := e.broker.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "outbox.event.secret",
-		Err: kerr.TopicAuthorizationFailed, Count: -1})
-
-	p := e.start()
-	c := e.conn()
 	blob := make([]byte, 9000)
 	rand.Read(blob)
 	bigPayload := fmt.Sprintf(`{"blob": "%s"}`, base64.StdEncoding.EncodeToString(blob)) // ~12 kB, barely compressible
+	inTx := dlqPoison{name: "secret", reason: "topic_authorization_failed", topic: "outbox.event.secret", row: dlqRow{sp("secret"), sp("ks"), `{"s": 1}`}}
+	var fixInTx func()
+	if onApache() {
+		inTx = dlqPoison{name: "big2", reason: "record_too_large", topic: "outbox.event.big2", row: dlqRow{sp("big2"), sp("kbig2"), bigPayload}}
+		createTopic(t, admin, "outbox.event.big2", map[string]string{"max.message.bytes": "4096"})
+		fixInTx = func() { setTopicConfig(t, admin, "outbox.event.big2", "max.message.bytes", sp("1048576")) }
+	} else {
+		auth := e.broker.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "outbox.event.secret",
+			Err: kerr.TopicAuthorizationFailed, Count: -1})
+		fixInTx = auth.Remove
+	}
+
+	p := e.start()
+	c := e.conn()
 
 	type poison struct {
 		name, reason, stage, topic string
@@ -198,7 +217,7 @@ func TestDLQPoisonRowsTailAndReplay(t *testing.T) {
 		{name: "space", reason: "invalid_topic", stage: "transform", topic: "outbox.event.has space", row: dlqRow{sp("has space"), sp("k2"), `{}`}},
 		{name: "bang", reason: "invalid_topic", stage: "transform", topic: "outbox.event.bang!", row: dlqRow{sp("bang!"), sp("k3"), `{}`}},
 		{name: "null aggregateid", reason: "missing_column", stage: "transform", topic: "outbox.event.order", row: dlqRow{sp("order"), nil, `{}`}},
-		{name: "secret", reason: "topic_authorization_failed", stage: "produce", topic: "outbox.event.secret", row: dlqRow{sp("secret"), sp("ks"), `{"s": 1}`}},
+		{name: inTx.name, reason: inTx.reason, stage: "produce", topic: inTx.topic, row: inTx.row},
 	}
 	walStart := lsn(t, e.walLSN(c))
 	var good []string
@@ -270,8 +289,12 @@ func TestDLQPoisonRowsTailAndReplay(t *testing.T) {
 	waitUntil(t, 10*time.Second, "position stored past the poison rows", func() bool {
 		return lsn(t, e.storedPosition()) >= lsn(t, walAfterPoison)
 	})
-	if m := dlqMetric(t, metricsAddr); m["record_too_large"] != 1 || m["missing_column"] != 2 || m["invalid_topic"] != 2 || m["topic_authorization_failed"] != 1 {
-		t.Errorf("outboxd_dlq_events_total: %v", m)
+	wantMetric := map[string]int{}
+	for _, ps := range poisons {
+		wantMetric[ps.reason]++
+	}
+	if m := dlqMetric(t, metricsAddr); fmt.Sprint(m) != fmt.Sprint(wantMetric) {
+		t.Errorf("outboxd_dlq_events_total: %v, want %v", m, wantMetric)
 	}
 	out := p.out.String()
 	if strings.Count(out, "dead-lettering record") != len(poisons) || strings.Contains(out, bigPayload[20:60]) {
@@ -337,7 +360,7 @@ func TestDLQPoisonRowsTailAndReplay(t *testing.T) {
 	big, secret := poisons[0].id, poisons[5].id
 	stdout, stderr, code = e.dlqRun("replay", "--id", big, "--id", secret)
 	if code != 1 || !strings.Contains(stdout, "failed dlq=") || !strings.Contains(stdout, "record_too_large") ||
-		!strings.Contains(stdout, "topic_authorization_failed") || !strings.Contains(stdout, "0 replayed, 2 failed") {
+		!strings.Contains(stdout, inTx.reason) || !strings.Contains(stdout, "0 replayed, 2 failed") {
 		t.Fatalf("replay of still-failing records: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 	stdout, stderr, code = e.dlqRun("replay", "--id", poisons[1].id)
@@ -350,7 +373,7 @@ func TestDLQPoisonRowsTailAndReplay(t *testing.T) {
 	}
 
 	// Fix the topics, replay: delivered with the original key, value and headers.
-	auth.Remove()
+	fixInTx()
 	if err := admin.AlterConfig(sarama.TopicResource, "outbox.event.big", map[string]*string{"max.message.bytes": sp("1048576")}, false); err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +381,7 @@ func TestDLQPoisonRowsTailAndReplay(t *testing.T) {
 	if code != 0 || strings.Count(stdout, "replayed dlq=") != 2 || !strings.Contains(stdout, "2 replayed, 0 failed") {
 		t.Fatalf("replay after the fix: exit %d\n%s\n%s", code, stdout, stderr)
 	}
-	replayed := byEventID(testenv.Consume(t, e.broker.Addr(), `outbox\.event\.(big|secret)`, 2, 10*time.Second))
+	replayed := byEventID(testenv.Consume(t, e.broker.Addr(), `outbox\.event\.(big|big2|secret)`, 2, 10*time.Second))
 	for _, ps := range []*poison{poisons[0], poisons[5]} {
 		r, ok := replayed[ps.id]
 		orig := dl[ps.id]
@@ -372,8 +395,10 @@ func TestDLQPoisonRowsTailAndReplay(t *testing.T) {
 	}
 }
 
-// TestDLQBrokerStallIsNotDeadLettered: a transient produce error on the outbox topic blocks the
-// pipeline (the position stays), nothing goes to the DLQ, and everything arrives once it clears.
+// TestDLQBrokerStallIsNotDeadLettered: a transient produce error on the outbox topic (kfake: a
+// fault hook refusing with NOT_ENOUGH_REPLICAS; Apache Kafka: the broker frozen, requests
+// unanswered) blocks the pipeline (the position stays), nothing goes to the DLQ, and everything
+// arrives once it clears.
 func TestDLQBrokerStallIsNotDeadLettered(t *testing.T) {
 	e := newEnv(t, "")
 	p := e.start()
@@ -381,20 +406,20 @@ func TestDLQBrokerStallIsNotDeadLettered(t *testing.T) {
 	first := e.insertTx(c, goodRow(0))
 	waitUntil(t, 20*time.Second, "first record stored", func() bool { return e.storedPosition() != "" })
 	beforeStall := lsn(t, e.walLSN(c))
-	h := e.broker.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "outbox.event.order", Err: kerr.NotEnoughReplicas, Count: -1})
+	h := e.stallProduce("outbox.event.order")
 	var stalled []string
 	for i := 1; i <= 5; i++ {
 		stalled = append(stalled, e.insertTx(c, goodRow(i), goodRow(100+i))...)
 	}
 	walEnd := e.walLSN(c)
 	time.Sleep(2500 * time.Millisecond)
-	if h.Hits() == 0 {
-		t.Fatal("the fault was never hit")
+	if !h.reached() {
+		t.Fatal("the stall was never reached")
 	}
 	if s := lsn(t, e.storedPosition()); s > beforeStall {
 		t.Fatalf("stored position %s passed %s while the records were unacked", s, beforeStall)
 	}
-	h.Remove()
+	h.release()
 	all := append(first, stalled...)
 	got := testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, len(all), 30*time.Second)
 	if strings.Join(ids(got), ",") != strings.Join(all, ",") {
@@ -412,11 +437,16 @@ func TestDLQBrokerStallIsNotDeadLettered(t *testing.T) {
 	}
 }
 
-// TestDLQUnwritableStops: when the DLQ refuses writes, outboxd exits 1 without storing a position
-// past the poison row.
+// TestDLQUnwritableStops: when the DLQ refuses writes (kfake: TOPIC_AUTHORIZATION_FAILED by a
+// fault hook; Apache Kafka: the DLQ topic's max.message.bytes below any dead letter's size),
+// outboxd exits 1 without storing a position past the poison row.
 func TestDLQUnwritableStops(t *testing.T) {
 	e := newEnv(t, "")
-	e.broker.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "outboxd.dlq", Err: kerr.TopicAuthorizationFailed, Count: -1})
+	if onApache() {
+		createTopic(t, e.admin(), "outboxd.dlq", map[string]string{"max.message.bytes": "100"})
+	} else {
+		e.broker.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "outboxd.dlq", Err: kerr.TopicAuthorizationFailed, Count: -1})
+	}
 	p := e.start()
 	c := e.conn()
 	first := e.insertTx(c, goodRow(0))

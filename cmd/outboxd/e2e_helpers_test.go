@@ -35,7 +35,18 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build outboxd: %v\n%s", err, out)
 		os.Exit(1)
 	}
+	both, err := setKafkaKind()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 	code := m.Run()
+	testenv.StopSharedApacheKafka()
+	if both {
+		if c := runOnApacheToo(); c != 0 && code == 0 {
+			code = c
+		}
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -51,13 +62,14 @@ type env struct {
 	offsets string
 }
 
+// The broker is the test's (newTestBroker): kfake, or Apache Kafka with OUTBOXD_TEST_KAFKA=apache.
 func newEnv(t *testing.T, extraYAML string) *env {
 	t.Helper()
-	return newEnvOn(t, testenv.NewBroker(t), extraYAML)
+	return newEnvOn(t, newTestBroker(t), extraYAML)
 }
 
-// newEnvOn is newEnv on a given broker. For Apache Kafka pass &testenv.Broker{Port: k.Port}: a
-// handle whose Addr is that broker's; it has no kfake Cluster (no fault hooks) and is never started.
+// newEnvOn is newEnv on a given broker. For an Apache Kafka node pass &testenv.Broker{Port: k.Port}:
+// a handle whose Addr is that broker's; it has no kfake Cluster (no fault hooks) and is never started.
 func newEnvOn(t *testing.T, broker *testenv.Broker, extraYAML string) *env {
 	t.Helper()
 	e := &env{t: t, pg: testenv.NewPostgres(t), broker: broker, dir: t.TempDir()}

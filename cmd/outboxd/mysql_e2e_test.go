@@ -26,7 +26,7 @@ type mysqlEnv struct {
 
 func newMySQLEnv(t *testing.T) *mysqlEnv {
 	t.Helper()
-	e := &mysqlEnv{t: t, db: testenv.NewMariaDB(t, testenv.MariaDBOptions{RowMetadata: true}), broker: testenv.NewBroker(t)}
+	e := &mysqlEnv{t: t, db: testenv.NewMariaDB(t, testenv.MariaDBOptions{RowMetadata: true}), broker: newTestBroker(t)}
 	if err := e.db.Exec(context.Background(), "app", testenv.MariaDBOutboxDDL("app.outbox", "BINARY(16)"),
 		"CREATE TABLE app.orders (id INT AUTO_INCREMENT PRIMARY KEY, note TEXT)"); err != nil {
 		t.Fatal(err)

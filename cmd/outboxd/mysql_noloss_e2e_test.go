@@ -22,7 +22,7 @@ import (
 // is added under source.mysql.
 func newNoLossEnv(t *testing.T, opts testenv.MariaDBOptions, tables, extraMySQL string, ddl ...string) *mysqlEnv {
 	t.Helper()
-	e := &mysqlEnv{t: t, db: testenv.NewMariaDB(t, opts), broker: testenv.NewBroker(t)}
+	e := &mysqlEnv{t: t, db: testenv.NewMariaDB(t, opts), broker: newTestBroker(t)}
 	if err := e.db.Exec(context.Background(), "app", ddl...); err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/internal/testenv"
 )
@@ -55,11 +52,12 @@ func TestSIGHUPDrainsAndExits0(t *testing.T) {
 	e := newEnv(t, "")
 	p := e.start()
 	e.deliveredAndStored("hup", 2)
-	// Rows in flight at the signal: a transient fault on their topic holds their acks.
-	h := e.broker.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "outbox.event.order", Err: kerr.NotEnoughReplicas, Count: -1})
+	// Rows in flight at the signal: a transient fault on their topic holds their acks (kfake: a
+	// fault hook; Apache Kafka: the broker frozen).
+	h := e.stallProduce("outbox.event.order")
 	c := e.conn()
 	held, last := e.insertInTx(c, "held", 3)
-	waitUntil(t, 10*time.Second, "the held rows produced", func() bool { return h.Hits() > 0 })
+	waitUntil(t, 10*time.Second, "the held rows produced", h.reached)
 	p.cmd.Process.Signal(syscall.SIGHUP)
 	waitUntil(t, 10*time.Second, "the stop begins", func() bool {
 		select {
@@ -69,7 +67,7 @@ func TestSIGHUPDrainsAndExits0(t *testing.T) {
 		}
 		return strings.Contains(p.out.String(), "stopping: no more reads")
 	})
-	h.Remove()
+	h.release()
 	if code := p.stop(t, syscall.SIGHUP); code != 0 {
 		t.Fatalf("SIGHUP: exit %d, want 0:\n%s", code, p.out.String())
 	}
@@ -206,13 +204,14 @@ func TestSIGPIPEOnStderrDoesNotKill(t *testing.T) {
 // two (the drain and the producer's shutdown used to wait shutdown_timeout each).
 func TestStopWithKafkaDownIsOneBudget(t *testing.T) {
 	const budget = 2 * time.Second
-	e := newEnv(t, "")
+	b := newRestartableBroker(t)
+	e := newEnvOn(t, b.b, "")
 	e.editConfig("shutdown_timeout: 20s", "shutdown_timeout: 2s")
 	p := e.start()
 	e.deliveredAndStored("before", 2)
 	c := e.conn()
 	storedBefore := e.storedPosition()
-	e.broker.Stop()
+	b.kill()
 	e.insert(c, "stuck", 3)
 	walEnd := e.walLSN(c)
 	waitUntil(t, 10*time.Second, "the walsender sent the new rows", func() bool {
