@@ -170,12 +170,42 @@ func TestDebeziumByteForByte(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := compareDebezium(t, k.Addr(), rows, pgDeliberate)
+	t.Logf("compared after %v", time.Since(start).Round(time.Millisecond))
+
+	// A topic name Kafka refuses (a space): outboxd dead-letters the row and goes on, Debezium's
+	// task fails and stops there (Connect: errors.tolerance=none, no DLQ for source connectors).
+	bad := cmpRow{label: "invalid-topic", aggType: "order lines", aggID: sp("o-bad"), typ: sp("Bad"), payload: sp(`{}`)}
+	if _, err := conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, $4, $5::jsonb)`,
+		bad.id(), bad.aggType, bad.aggID, bad.typ, bad.payload); err != nil {
+		t.Fatal(err)
+	}
+	var task, trace string
+	badAt := time.Now()
+	waitUntil(t, 2*time.Minute, "Debezium's task FAILED on the invalid topic name", func() bool {
+		_, task, trace, _ = c.Status()
+		return task == "FAILED"
+	})
+	t.Logf("Debezium on topic \"dbz.order lines\": task %s after %v: %s", task, time.Since(badAt).Round(time.Millisecond), firstLine(trace))
+	var badDL *cmpRecord
+	for _, r := range readTopics(t, k.Addr(), `^outboxd\.dlq$`, 2, time.Minute) {
+		if id, _ := r.header("id"); id == bad.id() {
+			badDL = &r
+		}
+	}
+	if badDL == nil {
+		t.Fatalf("outboxd did not dead-letter %s (aggregatetype %q)", bad.id(), bad.aggType)
+	}
+	if reason, _ := badDL.header("outboxd.error.reason"); reason != "invalid_topic" {
+		t.Errorf("outboxd dead-lettered the invalid topic with reason %q, want invalid_topic", reason)
+	}
 	if code := p.stop(t, syscall.SIGTERM); code != 0 {
 		t.Errorf("outboxd exit code %d after SIGTERM", code)
 	}
 	t.Logf("compared %d events (%d transactions): %d fields equal, %d deliberate differences, took %v",
 		len(rows), len(txs), res.equal, res.deliberate, time.Since(start).Round(time.Millisecond))
 }
+
+func firstLine(s string) string { return strings.SplitN(s, "\n", 2)[0] }
 
 // dumpConfig prints a connector config as sorted key=value lines.
 func dumpConfig(cfg map[string]string) string {
