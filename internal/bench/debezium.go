@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/outboxd/outboxd/offsets"
 )
 
 // vs-debezium-pg and vs-debezium-mariadb: outboxd beside Debezium (Kafka Connect standalone with
@@ -145,15 +148,15 @@ func vsDebezium(ctx context.Context, e *env, scenario string, side cmpSide, k *c
 	}
 
 	tag := e.runID + "_" + strings.ReplaceAll(strings.TrimPrefix(scenario, "vs-"), "-", "_")
-	b, err := side.prepare(ctx, tag, o.N, 2*o.Rounds)
+	// Readers: two per round, then the ceiling's and the profiled in-process outboxd's.
+	b, err := side.prepare(ctx, tag, o.N, 2*o.Rounds+2)
 	if err != nil {
 		return nil, err
 	}
 	defer side.cleanup(ctx, b)
 	o.Log.Info("backlog loaded", "scenario", scenario, "rows", b.Rows, "took", b.LoadTime.Round(time.Millisecond))
 
-	var runs [2][]drainRun
-	var lastDbz dbzSetup
+	var m cmpData
 	for r := range o.Rounds {
 		order := []int{toolOutboxd, toolDebezium}
 		if r%2 == 1 {
@@ -181,10 +184,17 @@ func vsDebezium(ctx context.Context, e *env, scenario string, side cmpSide, k *c
 				if err != nil {
 					return nil, err
 				}
-				lastDbz = s
+				m.dbz = s
 				start = func() (*toolProc, error) { return startDebeziumTool(k.brokers, s) }
 			}
-			d, err := measureDrain(ctx, k.brokers, topics, b.Rows, start)
+			var probes []cpuProbe
+			if k.dir != "" {
+				probes = append(probes, cpuProbe{name: "Kafka broker", pid: k.brokerPid})
+			}
+			if p := side.serverProbe(ctx, b, i); p != nil {
+				probes = append(probes, *p)
+			}
+			d, err := measureDrain(ctx, k.brokers, topics, b.Rows, start, probes...)
 			deleteTopics(k.brokers, prefix)
 			if err != nil {
 				return nil, fmt.Errorf("%s drain, round %d: %w", toolNames[tool], r+1, err)
@@ -193,11 +203,13 @@ func vsDebezium(ctx context.Context, e *env, scenario string, side cmpSide, k *c
 				"took", d.total.Round(time.Millisecond), "events/s", int(d.rate(b.Rows)),
 				"steady events/s", int(finite(d.steadyRate())), "cpu", d.cpu.Round(time.Millisecond),
 				"rss_mib", int(d.hwmKiB/1024), "records", d.check.records)
-			runs[tool] = append(runs[tool], d)
+			m.runs[tool] = append(m.runs[tool], d)
 		}
 	}
+	if err := ceilingAndProfile(ctx, e, scenario, tag, side, b, k, &m); err != nil {
+		return nil, err
+	}
 
-	var lats [2]latencyRun
 	for _, tool := range []int{toolOutboxd, toolDebezium} {
 		prefix := fmt.Sprintf("outboxd-bench.%s.lat%d.", tag, tool)
 		topics := topicsOf(prefix)
@@ -235,13 +247,71 @@ func vsDebezium(ctx context.Context, e *env, scenario string, side cmpSide, k *c
 		}
 		o.Log.Info("latency measured", "scenario", scenario, "tool", toolNames[tool], "p50_ms", l.quantile(0.5),
 			"p99_ms", l.quantile(0.99), "rate", int(l.rate))
-		lats[tool] = l
+		m.lats[tool] = l
 	}
-	return cmpResults(scenario, side.connectorDesc(), k.desc, b, runs, lats, lastDbz, o), nil
+	return cmpResults(scenario, side.connectorDesc(), k.desc, b, m, o), nil
+}
+
+// cmpData is what a comparison measured.
+type cmpData struct {
+	runs        [2][]drainRun
+	lats        [2]latencyRun
+	dbz         dbzSetup // the last Debezium drain's setup
+	ceilingName string   // the backend's first reference reader
+	ceiling     float64  // its drain rate of the same backlog (events/s, no Kafka)
+	profile     string   // the CPU profile of an in-process outboxd drain ("" = none)
+	profiled    float64  // that drain's rate
+}
+
+// ceilingAndProfile drains the backlog once with the backend's first reference reader (the
+// server's rate without Kafka: pg_recvlogical, a bare BinlogSyncer) and, with -cpuprofile, once
+// with outboxd in-process under the CPU profiler (to PREFIX.<scenario>.pprof).
+func ceilingAndProfile(ctx context.Context, e *env, scenario, tag string, side cmpSide, b *Backlog, k *cmpKafka, m *cmpData) error {
+	o := e.o
+	be := side.backend()
+	i := 2 * o.Rounds
+	d, err := be.RunReference(ctx, b, 0, i)
+	if err != nil {
+		return fmt.Errorf("%s drain (the ceiling): %w", be.References()[0], err)
+	}
+	m.ceilingName, m.ceiling = be.References()[0], float64(b.Rows)/d.Seconds()
+	o.Log.Info("drained", "scenario", scenario, "tool", m.ceilingName, "took", d.Round(time.Millisecond), "events/s", int(m.ceiling))
+	if o.CPUProfile == "" {
+		return nil
+	}
+	i++
+	prefix := fmt.Sprintf("outboxd-bench.%s.%d.", tag, i)
+	topics := topicsOf(prefix)
+	if err := createLogAppendTopics(k.brokers, topics); err != nil {
+		return err
+	}
+	defer deleteTopics(k.brokers, prefix)
+	src, seed := side.outboxdSource(b, i)
+	cfg := outboxdYAML(e, src, prefix, "")
+	if seed != "" {
+		if err := seedOffsets(ctx, cfg, seed); err != nil {
+			return err
+		}
+	}
+	w, err := newAckWatch(k.brokers, topics, int64(b.Rows))
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	m.profile = fmt.Sprintf("%s.%s.pprof", o.CPUProfile, scenario)
+	took, err := runOutboxdInProcess(ctx, e, cfg, func(offsets.Position) (bool, error) { return w.complete() }, profiles{cpu: m.profile})
+	if err != nil {
+		return fmt.Errorf("profiled in-process outboxd drain: %w", err)
+	}
+	m.profiled = float64(b.Rows) / took.Seconds()
+	o.Log.Info("drained", "scenario", scenario, "tool", "outboxd in-process (CPU profile)", "took", took.Round(time.Millisecond),
+		"events/s", int(m.profiled), "profile", m.profile)
+	return nil
 }
 
 // cmpResults turns the measurements into the report's lines.
-func cmpResults(scenario, dbzDesc, kafkaDesc string, b *Backlog, runs [2][]drainRun, lats [2]latencyRun, dbz dbzSetup, o *Options) []Result {
+func cmpResults(scenario, dbzDesc, kafkaDesc string, b *Backlog, m cmpData, o *Options) []Result {
+	runs, lats, dbz := m.runs, m.lats, m.dbz
 	var res []Result
 	add := func(name string, v float64, unit, detail string, extra map[string]float64) {
 		if unit == "s" {
@@ -286,9 +356,10 @@ func cmpResults(scenario, dbzDesc, kafkaDesc string, b *Backlog, runs [2][]drain
 		for i, v := range a[t].steadyCPU {
 			ex[fmt.Sprintf("steady_run%d", i+1)] = v
 		}
-		add(toolNames[t]+" CPU s per 100k events (process tree, start → all in Kafka)", mean(a[t].cpu), "s",
-			fmt.Sprintf("utime+stime of the process and its children (/proc/<pid>/stat; JVM threads count in the process), start-up included; runs: %s; steady state only (first record seen → end, per record appended then): %s s",
-				fmtFloats(a[t].cpu, "%.2f"), fmtFloats(a[t].steadyCPU, "%.2f")), ex)
+		detail := fmt.Sprintf("utime+stime of the process and its children (/proc/<pid>/stat; JVM threads count in the process), start-up included; runs: %s; steady state only (first record seen → end, per record appended then): %s s",
+			fmtFloats(a[t].cpu, "%.2f"), fmtFloats(a[t].steadyCPU, "%.2f"))
+		detail += probesDetail(runs[t], b.Rows, ex)
+		add(toolNames[t]+" CPU s per 100k events (process tree, start → all in Kafka)", mean(a[t].cpu), "s", detail, ex)
 	}
 	for t := range 2 {
 		add(toolNames[t]+" peak RSS (VmHWM, process tree)", slices.Max(a[t].rss), "MiB",
@@ -310,6 +381,15 @@ func cmpResults(scenario, dbzDesc, kafkaDesc string, b *Backlog, runs [2][]drain
 			map[string]float64{"p50_ms": finite(l.quantile(0.5)), "p95_ms": finite(l.quantile(0.95)), "p99_ms": finite(l.quantile(0.99)),
 				"max_ms": finite(l.quantile(1)), "rate": l.rate,
 				"warmup_p50_ms": finite(warm.quantile(0.5)), "warmup_p99_ms": finite(warm.quantile(0.99))})
+	}
+	if m.ceilingName != "" {
+		add(m.ceilingName+" drain of the same backlog (no Kafka: the server's ceiling)", m.ceiling, "events/s",
+			fmt.Sprintf("one run after the rounds, %s; outboxd reached %.0f%% of it, Debezium %.0f%% (steady state: %.0f%%, %.0f%%)",
+				"the log read from the backlog's start as fast as the server sends it",
+				100*mean(a[0].rate)/m.ceiling, 100*mean(a[1].rate)/m.ceiling, 100*mean(a[0].steady)/m.ceiling, 100*mean(a[1].steady)/m.ceiling), nil)
+	}
+	if m.profile != "" {
+		add("outboxd in-process drain (CPU profile)", m.profiled, "events/s", "go tool pprof "+m.profile+" (one extra drain of the same backlog, outboxd in the bench process)", nil)
 	}
 	type rdef struct {
 		name, goal  string
@@ -395,4 +475,29 @@ func shortSkip(e *env, scenario string) []Result {
 	}
 	return []Result{{Scenario: scenario, Name: "outboxd vs Debezium",
 		Error: fmt.Sprintf("%v: not part of -short (starts Apache Kafka and Kafka Connect); name it with -only %s", errSkipped, scenario)}}
+}
+
+// probesDetail describes the other processes' CPU during a tool's drains (per 100k events) and
+// adds them to ex.
+func probesDetail(runs []drainRun, rows int, ex map[string]float64) string {
+	names := map[string]bool{}
+	for _, d := range runs {
+		for n := range d.probes {
+			names[n] = true
+		}
+	}
+	var out []string
+	for _, n := range slices.Sorted(maps.Keys(names)) {
+		var v []float64
+		for _, d := range runs {
+			v = append(v, d.probes[n].Seconds()*100000/float64(rows))
+		}
+		key := strings.ReplaceAll(strings.ToLower(n), " ", "_") + "_cpu_s_per_100k"
+		ex[key] = mean(v)
+		out = append(out, fmt.Sprintf("%s %s s", n, fmtFloats(v, "%.2f")))
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return "; meanwhile, CPU s per 100k events of " + strings.Join(out, ", of ")
 }

@@ -1,9 +1,13 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,6 +30,26 @@ type cmpKafka struct {
 	brokers []string
 	desc    string
 	stop    func()
+	dir     string // the private node's dir ("" = given brokers)
+	pid     int
+}
+
+// brokerPid finds the private node's JVM (its command line names dir's server.properties);
+// 0 for given brokers.
+func (k *cmpKafka) brokerPid() int {
+	if k.pid != 0 || k.dir == "" {
+		return k.pid
+	}
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	want := []byte(filepath.Join(k.dir, "server.properties"))
+	for _, d := range dirs {
+		b, err := os.ReadFile(d + "/cmdline")
+		if err == nil && bytes.Contains(b, want) && bytes.Contains(b, []byte("kafka.Kafka")) {
+			k.pid, _ = strconv.Atoi(filepath.Base(d))
+			break
+		}
+	}
+	return k.pid
 }
 
 func startCmpKafka(e *env) (*cmpKafka, error) {
@@ -38,7 +62,7 @@ func startCmpKafka(e *env) (*cmpKafka, error) {
 		return nil, fmt.Errorf("start Apache Kafka %s for the Debezium comparison (needs java and, once, mvn; or pass -brokers): %w",
 			testenv.ApacheKafkaVersion, err)
 	}
-	return &cmpKafka{brokers: []string{k.Addr()},
+	return &cmpKafka{brokers: []string{k.Addr()}, dir: k.Dir,
 		desc: "Apache Kafka " + testenv.ApacheKafkaVersion + " (private single KRaft node, JVM -Xmx512m, same machine)", stop: k.Destroy}, nil
 }
 

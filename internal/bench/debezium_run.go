@@ -89,14 +89,38 @@ func startDebeziumTool(brokers []string, s dbzSetup) (*toolProc, error) {
 	}, nil
 }
 
+// cpuProbe is another process whose CPU a drain reports (where the time goes): the Kafka
+// broker, the PostgreSQL walsender serving the tool's slot. pid returns 0 when there is none.
+type cpuProbe struct {
+	name string
+	pid  func() int
+}
+
+// procCPU is the CPU time of one process (its own threads and reaped children); 0 if gone.
+func procCPU(pid int) time.Duration {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s, err := parseProcStat(b)
+	if err != nil {
+		return 0
+	}
+	return s.cpu()
+}
+
 // drainRun is one tool's drain of the backlog.
 type drainRun struct {
-	total     time.Duration // from the tool's start until Kafka holds every record
-	cpu       time.Duration // CPU of the tool's process tree over total
-	hwmKiB    float64       // peak RSS (VmHWM) of the tree
-	startup   time.Duration // Debezium: exec → streaming, as the harness measured it
-	steadyCPU time.Duration // CPU from the first sample after the first record to the end
-	steadyN   int           // records appended in that window
+	probes    map[string]time.Duration // CPU of each probe's process during the drain
+	total     time.Duration            // from the tool's start until Kafka holds every record
+	cpu       time.Duration            // CPU of the tool's process tree over total
+	hwmKiB    float64                  // peak RSS (VmHWM) of the tree
+	startup   time.Duration            // Debezium: exec → streaming, as the harness measured it
+	steadyCPU time.Duration            // CPU from the first sample after the first record to the end
+	steadyN   int                      // records appended in that window
 	check     backlogCheck
 }
 
@@ -124,8 +148,14 @@ func (d drainRun) steadyCPUPer100k() float64 {
 // measureDrain starts a tool and polls, every 10 ms, the end offsets of topics until they hold
 // rows records; the tool's process tree is sampled at the first record seen and at the end.
 // Then the tool is stopped and the records are read back (every event id once?).
-func measureDrain(ctx context.Context, brokers, topics []string, rows int, start func() (*toolProc, error)) (drainRun, error) {
-	var d drainRun
+func measureDrain(ctx context.Context, brokers, topics []string, rows int, start func() (*toolProc, error), probes ...cpuProbe) (drainRun, error) {
+	d := drainRun{probes: map[string]time.Duration{}}
+	probePid := make([]int, len(probes))
+	probeCPU := make([]time.Duration, len(probes))
+	for i, p := range probes {
+		probePid[i] = p.pid()
+		probeCPU[i] = procCPU(probePid[i])
+	}
 	first, err := newAckWatch(brokers, topics, 1)
 	if err != nil {
 		return d, err
@@ -186,6 +216,15 @@ func measureDrain(ctx context.Context, brokers, topics []string, rows int, start
 				return d, errors.New("the tool's process was gone when Kafka held the backlog")
 			}
 			d.cpu, d.hwmKiB = tw.last.cpu, tw.last.hwmKiB
+			for i, p := range probes {
+				pid := p.pid()
+				if pid != probePid[i] {
+					probeCPU[i] = 0 // a process started during the drain (a walsender): all its CPU
+				}
+				if pid > 0 {
+					d.probes[p.name] = procCPU(pid) - probeCPU[i]
+				}
+			}
 			if !t1.IsZero() {
 				d.steadyCPU = d.cpu - cpu1
 			}

@@ -37,6 +37,11 @@ type cmpSide interface {
 	latencyDebezium(ctx context.Context, tag, topicPrefix string) (dbzSetup, func(), error)
 	newWriter(ctx context.Context) (rowWriter, error)
 	cleanup(ctx context.Context, b *Backlog)
+	// backend is the drain Backend: its first reference reader drains reader i once as the
+	// server's ceiling (pg_recvlogical, a bare BinlogSyncer), without Kafka.
+	backend() Backend
+	// serverProbe is the database process serving reader i (nil: not measured).
+	serverProbe(ctx context.Context, b *Backlog, i int) *cpuProbe
 }
 
 // ---- PostgreSQL
@@ -127,6 +132,22 @@ func (s *pgCmpSide) newWriter(ctx context.Context) (rowWriter, error) {
 		return nil, err
 	}
 	return pgWriter{c}, nil
+}
+
+func (s *pgCmpSide) backend() Backend { return s.pg }
+
+// serverProbe: the walsender streaming reader i's slot (pg_replication_slots.active_pid; a
+// process on this machine only when the server is).
+func (s *pgCmpSide) serverProbe(ctx context.Context, b *Backlog, i int) *cpuProbe {
+	slot := b.Readers[i]
+	return &cpuProbe{name: "PostgreSQL walsender", pid: func() int {
+		v, err := pgQueryString(ctx, s.e.pgDSN, `SELECT coalesce(active_pid, 0)::text FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		if err != nil {
+			return 0
+		}
+		n, _ := strconv.Atoi(v)
+		return n
+	}}
 }
 
 func (s *pgCmpSide) cleanup(ctx context.Context, b *Backlog) {
@@ -319,6 +340,11 @@ func (s *myCmpSide) newWriter(ctx context.Context) (rowWriter, error) {
 	}
 	return myRowWriter{c: c}, nil
 }
+
+func (s *myCmpSide) backend() Backend { return s.be }
+
+// serverProbe: none (the binlog dump is a thread of mysqld).
+func (s *myCmpSide) serverProbe(context.Context, *Backlog, int) *cpuProbe { return nil }
 
 func (s *myCmpSide) cleanup(ctx context.Context, b *Backlog) {
 	s.be.Cleanup(ctx, b)

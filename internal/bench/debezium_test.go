@@ -212,7 +212,9 @@ func TestCmpResults(t *testing.T) {
 	lats := [2]latencyRun{lat(8 * time.Millisecond), lat(40 * time.Millisecond)}
 	dbz := newDbzSetup(map[string]string{"name": "dbz", "database.password": "secret", "max.batch.size": "16384"})
 	o := &Options{Rounds: 2, LatencyRate: 2000, LatencyDuration: 30 * time.Second}
-	res := cmpResults("vs-debezium-pg", "Debezium", "Kafka", &Backlog{Rows: 1000}, runs, lats, dbz, o)
+	runs[toolOutboxd][0].probes = map[string]time.Duration{"Kafka broker": 20 * time.Millisecond}
+	m := cmpData{runs: runs, lats: lats, dbz: dbz, ceilingName: "pg_recvlogical", ceiling: 2000}
+	res := cmpResults("vs-debezium-pg", "Debezium", "Kafka", &Backlog{Rows: 1000}, m, o)
 	got := map[string]Result{}
 	for _, r := range res {
 		got[r.Name] = r
@@ -231,8 +233,13 @@ func TestCmpResults(t *testing.T) {
 			t.Errorf("%s = %+v, want %v", name, r, want)
 		}
 	}
-	if r := got["outboxd CPU s per 100k events (process tree, start → all in Kafka)"]; r.Value != 50 {
-		t.Errorf("outboxd CPU per 100k = %v, want 50", r.Value)
+	if r := got["outboxd CPU s per 100k events (process tree, start → all in Kafka)"]; r.Value != 50 ||
+		r.Extra["kafka_broker_cpu_s_per_100k"] != 1 || !strings.Contains(r.Detail, "Kafka broker 2.00, 0.00 s") {
+		t.Errorf("outboxd CPU per 100k = %+v, want 50 and the broker's 2 s, 0 s per 100k (mean 1)", r)
+	}
+	if r := got["pg_recvlogical drain of the same backlog (no Kafka: the server's ceiling)"]; r.Value != 2000 ||
+		!strings.Contains(r.Detail, "outboxd reached 50% of it, Debezium 12%") {
+		t.Errorf("ceiling line %+v", r)
 	}
 	cfg := got["Debezium configuration"]
 	if cfg.Config["connector.database.password"] != "****" || strings.Contains(cfg.Detail, "secret") ||
@@ -243,8 +250,8 @@ func TestCmpResults(t *testing.T) {
 		t.Fatalf("results do not encode as JSON: %v", err)
 	}
 	// An unmeasured denominator gives an error line, not an Inf that JSON cannot carry.
-	lats[toolOutboxd] = latencyRun{}
-	res = cmpResults("vs-debezium-pg", "Debezium", "Kafka", &Backlog{Rows: 1000}, runs, lats, dbz, o)
+	m.lats[toolOutboxd] = latencyRun{}
+	res = cmpResults("vs-debezium-pg", "Debezium", "Kafka", &Backlog{Rows: 1000}, m, o)
 	if _, err := json.Marshal(res); err != nil {
 		t.Fatalf("results without outboxd latencies do not encode: %v", err)
 	}
