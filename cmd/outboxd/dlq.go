@@ -114,8 +114,12 @@ func dlqCmd(args []string, stdout, stderr io.Writer) int {
 }
 
 func scrubKafka(cfg *config.Config, err error) string {
-	if cfg.Kafka.SASL != nil {
-		return app.Scrub(err.Error(), cfg.Kafka.SASL.Password)
+	msg := err.Error()
+	if hint := app.KafkaConfig(cfg).ConnectHint(err); hint != "" { // a TLS/SASL failure names its config key
+		msg += " — " + hint
 	}
-	return err.Error()
+	if cfg.Kafka.SASL != nil {
+		return app.Scrub(msg, cfg.Kafka.SASL.Password)
+	}
+	return msg
 }

@@ -15,7 +15,8 @@ import (
 // can be created (auto-creation or CreateTopics permission).
 func checkKafka(ctx context.Context, c *config.Config) []CheckResult {
 	var out []CheckResult
-	sc, err := KafkaConfig(c).SaramaConfig()
+	kc := KafkaConfig(c)
+	sc, err := kc.SaramaConfig()
 	if err != nil {
 		return append(out, CheckResult{Name: "kafka producer settings", Reason: err.Error(), Fix: "fix the kafka section of the config"})
 	}
@@ -31,8 +32,11 @@ func checkKafka(ctx context.Context, c *config.Config) []CheckResult {
 	sc.Metadata.Retry.Backoff = 200e6
 	client, err := sarama.NewClient(c.Kafka.Brokers, sc)
 	if err != nil {
-		return append(out, CheckResult{Name: "kafka reachable", Reason: err.Error(),
-			Fix: "check kafka.brokers, network access, and kafka.tls / kafka.sasl"})
+		fix := kc.ConnectHint(err) // a TLS or SASL failure names its config key
+		if fix == "" {
+			fix = "check kafka.brokers, network access, and kafka.tls / kafka.sasl"
+		}
+		return append(out, CheckResult{Name: "kafka reachable", Reason: err.Error(), Fix: fix})
 	}
 	defer client.Close()
 	out = append(out, CheckResult{Name: "kafka reachable", OK: true, Reason: fmt.Sprintf("%d broker(s)", len(client.Brokers()))})

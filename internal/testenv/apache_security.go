@@ -444,3 +444,25 @@ func (k *SecureKafka) CreateTopic(name string, partitions int32, configs map[str
 
 // Principal is "User:name".
 func Principal(name string) string { return "User:" + name }
+
+// SetTopicConfig sets one topic config (IncrementalAlterConfigs, as kafka-configs.sh --alter)
+// as the super user.
+func (k *SecureKafka) SetTopicConfig(topic, key, value string) error {
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	r := kmsg.NewIncrementalAlterConfigsRequestResource()
+	r.ResourceType, r.ResourceName = kmsg.ConfigResourceTypeTopic, topic
+	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	c.Name, c.Op, c.Value = key, kmsg.IncrementalAlterConfigOpSet, &value
+	r.Configs = append(r.Configs, c)
+	req.Resources = append(req.Resources, r)
+	resp, err := k.admin(req)
+	if err != nil {
+		return fmt.Errorf("IncrementalAlterConfigs %s %s: %w", topic, key, err)
+	}
+	for _, res := range resp.(*kmsg.IncrementalAlterConfigsResponse).Resources {
+		if err := kerr.ErrorForCode(res.ErrorCode); err != nil {
+			return fmt.Errorf("IncrementalAlterConfigs %s %s: %w (%v)", topic, key, err, res.ErrorMessage)
+		}
+	}
+	return nil
+}

@@ -39,11 +39,15 @@ func (e *DeliveryError) Error() string {
 	if e.Permanent {
 		kind = "permanent"
 	}
-	if e.Partition >= 0 {
-		return fmt.Sprintf("kafka: record for topic %q partition %d not delivered (%s, %s): %v",
-			e.Topic, e.Partition, kind, e.Reason, e.Err)
+	fix := ""
+	if e.Reason == "topic_authorization_failed" {
+		fix = fmt.Sprintf(" — the ACLs do not let outboxd's principal write to topic %q: grant it WRITE and DESCRIBE on that topic", e.Topic)
 	}
-	return fmt.Sprintf("kafka: record for topic %q not delivered (%s, %s): %v", e.Topic, kind, e.Reason, e.Err)
+	if e.Partition >= 0 {
+		return fmt.Sprintf("kafka: record for topic %q partition %d not delivered (%s, %s): %v%s",
+			e.Topic, e.Partition, kind, e.Reason, e.Err, fix)
+	}
+	return fmt.Sprintf("kafka: record for topic %q not delivered (%s, %s): %v%s", e.Topic, kind, e.Reason, e.Err, fix)
 }
 
 func (e *DeliveryError) Unwrap() error { return e.Err }

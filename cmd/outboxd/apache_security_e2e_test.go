@@ -1,0 +1,458 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outboxd/outboxd/internal/testenv"
+)
+
+// End-to-end tests of the binary against Apache Kafka 4.4 with TLS, SASL and ACLs: one node
+// (testenv.NewSecureApacheKafka) with an SSL listener that requires a client certificate, a
+// SASL_SSL listener with SCRAM-SHA-512, and the StandardAuthorizer with
+// allow.everyone.if.no.acl.found=false. The certificates are made by the test; the SCRAM users
+// and ACLs are created with Kafka's admin API. The subtests share the node (one JVM start for
+// the file) and keep apart by topic prefix (sec.<case>.), transactional id and principal. The
+// test itself reads and administers the cluster on the PLAINTEXT listener, whose principal
+// (ANONYMOUS) is the super user.
+
+const (
+	secClientCN  = "outboxd-client" // the client certificate's CN: principal User:outboxd-client on SSL
+	secUser      = "outboxd"        // SCRAM user with every needed ACL
+	secPassword  = "Scr4m-pa55word-7f3a9c"
+	secLimited   = "limited" // SCRAM user for the ACL faults
+	secLimitedPW = "L1mited-pa55word-0be4d2"
+)
+
+// secGrants are the ACLs of a principal allowed to do everything outboxd does under prefix
+// ("sec.<case>." topics, "sec-<case>" transactional ids).
+func secGrants(principal, topicPrefix, txnPrefix string) []testenv.ACL {
+	topic := func(op kmsg.ACLOperation) testenv.ACL {
+		return testenv.ACL{Principal: principal, Resource: kmsg.ACLResourceTypeTopic, Name: topicPrefix, Prefixed: true, Op: op}
+	}
+	return []testenv.ACL{
+		topic(kmsg.ACLOperationWrite), topic(kmsg.ACLOperationRead), topic(kmsg.ACLOperationDescribe),
+		topic(kmsg.ACLOperationCreate), topic(kmsg.ACLOperationDescribeConfigs),
+		{Principal: principal, Resource: kmsg.ACLResourceTypeTransactionalId, Name: txnPrefix, Prefixed: true, Op: kmsg.ACLOperationWrite},
+		{Principal: principal, Resource: kmsg.ACLResourceTypeTransactionalId, Name: txnPrefix, Prefixed: true, Op: kmsg.ACLOperationDescribe},
+	}
+}
+
+// TestApacheSecurity runs outboxd against Apache Kafka over SSL (client certificate) and
+// SASL_SSL (SCRAM-SHA-512), the TLS/SASL mistakes an operator makes, and missing ACLs.
+func TestApacheSecurity(t *testing.T) {
+	// Its own node (TLS listeners, an authorizer) on any OUTBOXD_TEST_KAFKA, but run once: in the
+	// Apache Kafka pass of .ci/test.
+	apacheOnly(t, "TLS, SASL and ACLs need the real broker (it starts its own node with SSL, SASL_SSL and an authorizer)")
+	k := testenv.NewSecureApacheKafka(t, secClientCN, testenv.ApacheOpts{})
+	for _, u := range [][2]string{{secUser, secPassword}, {secLimited, secLimitedPW}} {
+		if err := k.AddSCRAMUser(u[0], u[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var grants []testenv.ACL
+	for _, p := range []string{testenv.Principal(secClientCN), testenv.Principal(secUser)} {
+		grants = append(grants, secGrants(p, "sec.", "sec-")...)
+	}
+	if err := k.Grant(grants...); err != nil {
+		t.Fatal(err)
+	}
+	s := &secSuite{k: k, secrets: [][]byte{[]byte(secPassword), []byte(secLimitedPW)}}
+	for _, key := range [][]byte{k.Certs.ClientKeyPEM, k.Certs.BrokerKeyPEM} {
+		s.secrets = append(s.secrets, keyLines(key)...)
+	}
+	t.Run("SSL", s.testSSL)
+	t.Run("SASL_SSL", s.testSASL)
+	t.Run("Mistakes", s.testMistakes)
+	t.Run("ACLNoTopicWrite", s.testNoTopicWrite)
+	t.Run("ACLNoTransactionalID", s.testNoTransactionalID)
+}
+
+type secSuite struct {
+	k       *testenv.SecureKafka
+	secrets [][]byte // password and key bytes: none may appear in any output
+}
+
+// keyLines are the base64 lines of a PEM private key (each one is secret).
+func keyLines(pemKey []byte) [][]byte {
+	var out [][]byte
+	for _, l := range bytes.Split(pemKey, []byte("\n")) {
+		if len(l) >= 16 && !bytes.HasPrefix(l, []byte("-----")) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// noSecrets fails when out holds a password or a line of a private key.
+func (s *secSuite) noSecrets(t *testing.T, what, out string) {
+	t.Helper()
+	for _, sec := range s.secrets {
+		if strings.Contains(out, string(sec)) {
+			t.Errorf("%s shows a secret (%d bytes starting %q):\n%s", what, len(sec), sec[:4], out)
+		}
+	}
+}
+
+// secEnv is an env whose outboxd reaches the broker on port with kafkaYAML (the tls/sasl
+// settings, indented under kafka:) and routes to sec.<name>.<aggregatetype>, dead-letters to
+// sec.<name>.dlq.
+func (s *secSuite) secEnv(t *testing.T, name string, port int, kafkaYAML string) *env {
+	t.Helper()
+	e := newEnvOn(t, &testenv.Broker{Port: port}, fmt.Sprintf("outbox:\n  topic: sec.%s.${routedByValue}\n", name))
+	e.editConfig("kafka:\n", fmt.Sprintf("kafka:\n  dlq_topic: sec.%s.dlq\n%s", name, kafkaYAML))
+	return e
+}
+
+func (s *secSuite) sslYAML(caFile string, withCert bool) string {
+	y := "  tls:\n    ca_file: " + caFile + "\n"
+	if withCert {
+		y += "    cert_file: " + s.k.Certs.ClientCert + "\n    key_file: " + s.k.Certs.ClientKey + "\n"
+	}
+	return y
+}
+
+func (s *secSuite) saslYAML(user, password string) string {
+	return fmt.Sprintf("  tls:\n    ca_file: %s\n  sasl:\n    mechanism: %s\n    username: %s\n    password: %s\n",
+		s.k.Certs.CAFile, testenv.SCRAMMechanism, user, password)
+}
+
+// outboxd runs the binary with args (and -c cfg) and returns stdout, stderr and the status.
+func outboxd(t *testing.T, cfg string, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, append(args, "-c", cfg)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// records reads topics matching pattern on the PLAINTEXT listener (read_committed).
+func (s *secSuite) records(t *testing.T, pattern string, want int, d time.Duration) []testenv.Consumed {
+	t.Helper()
+	return testenv.Consume(t, s.k.Addr(), pattern, want, d)
+}
+
+// deliverAndReplay is the happy path over one listener: check passes; run delivers 20 rows to
+// sec.<name>.order and dead-letters a row too big for sec.<name>.big (max.message.bytes 512,
+// and the payload barely compresses);
+// dlq tail shows it; after the topic's limit is raised, dlq replay --all delivers it. Every
+// output is free of secrets. With eos, delivery is exactly_once (offsets in Kafka).
+func (s *secSuite) deliverAndReplay(t *testing.T, name string, e *env, eos bool) {
+	big := "sec." + name + ".big"
+	if err := s.k.CreateTopic(big, 3, map[string]string{"max.message.bytes": "512"}); err != nil {
+		t.Fatal(err)
+	}
+	if eos {
+		e.editConfig("kafka:\n", fmt.Sprintf("kafka:\n  delivery: exactly_once\n  transactional_id: sec-%s\n", name))
+		e.editConfig("offsets:\n", fmt.Sprintf("offsets:\n  store: kafka\n  topic: sec.%s.offsets\n", name))
+	}
+	out, errOut, code := outboxd(t, e.cfgPath, "check")
+	s.noSecrets(t, "check", out+errOut)
+	if code != 0 || !strings.Contains(out, "OK   kafka reachable") {
+		t.Fatalf("check over %s: exit %d\n%s%s", name, code, out, errOut)
+	}
+
+	p := e.start()
+	c := e.conn()
+	var want []string
+	for i := 0; i < 10; i++ {
+		want = append(want, e.insert(c, fmt.Sprintf("K%d", i%3), 2)...)
+	}
+	bigID := e.insertRows(c, 1, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+		VALUES (gen_random_uuid(), 'big', 'B', 'x', jsonb_build_object('pad', (SELECT string_agg(md5(i::text), '') FROM generate_series(1, 80) i))) RETURNING id::text`,
+		func(int) []any { return nil }, nil)[0]
+	want = append(want, e.insert(c, "K0", 1)...)
+	got := s.records(t, `sec\.`+name+`\.order`, len(want), 60*time.Second)
+	if n, dups := countDistinct(got); n != len(want) || dups != 0 || len(hasAll(got, want)) > 0 {
+		t.Fatalf("over %s: %d distinct records (%d duplicates) on sec.%s.order, want %d", name, n, dups, name, len(want))
+	}
+	waitUntil(t, 30*time.Second, "the big row dead-lettered", func() bool {
+		return len(s.records(t, `sec\.`+name+`\.dlq`, 1, time.Second)) == 1
+	})
+	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("SIGTERM exit %d:\n%s", code, p.out.String())
+	}
+	s.noSecrets(t, "run's log", p.out.String())
+
+	out, errOut, code = outboxd(t, e.cfgPath, "dlq", "tail")
+	s.noSecrets(t, "dlq tail", out+errOut)
+	if code != 0 || !strings.Contains(out, "reason=record_too_large") || !strings.Contains(out, "id="+bigID) {
+		t.Fatalf("dlq tail over %s: exit %d\n%s%s", name, code, out, errOut)
+	}
+	if err := s.k.SetTopicConfig(big, "max.message.bytes", "1048576"); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = outboxd(t, e.cfgPath, "dlq", "replay", "--all", "--timeout", "30s")
+	s.noSecrets(t, "dlq replay", out+errOut)
+	if code != 0 || !strings.Contains(out, "replayed dlq=") || !strings.Contains(out, "1 replayed, 0 failed") {
+		t.Fatalf("dlq replay over %s: exit %d\n%s%s", name, code, out, errOut)
+	}
+	if r := s.records(t, `sec\.`+name+`\.big`, 1, 20*time.Second); len(r) != 1 || r[0].Header("id") != bigID {
+		t.Fatalf("after replay sec.%s.big holds %d records, want the big row %s", name, len(r), bigID)
+	}
+}
+
+// testSSL: run, check, dlq tail and dlq replay over SSL with a client certificate.
+func (s *secSuite) testSSL(t *testing.T) {
+	e := s.secEnv(t, "ssl", s.k.SSLPort, s.sslYAML(s.k.Certs.CAFile, true))
+	s.deliverAndReplay(t, "ssl", e, false)
+}
+
+// testSASL: the same over SASL_SSL with SCRAM-SHA-512, with exactly_once delivery (the
+// transactional producer and the offsets topic over SASL too).
+func (s *secSuite) testSASL(t *testing.T) {
+	e := s.secEnv(t, "sasl", s.k.SASLPort, s.saslYAML(secUser, secPassword))
+	s.deliverAndReplay(t, "sasl", e, true)
+}
+
+// mistake is one TLS/SASL misconfiguration and the config key its error must name.
+type mistake struct {
+	name string
+	port int
+	yaml string
+	key  string // the config key the messages must name
+}
+
+// testMistakes: a wrong CA, a wrong SASL password and a missing client certificate each make
+// check, run and dlq tail fail with a message naming the config key at fault, and no output
+// shows a secret.
+func (s *secSuite) testMistakes(t *testing.T) {
+	e := s.secEnv(t, "mistakes", s.k.SSLPort, "")
+	base, err := os.ReadFile(e.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []mistake{
+		{"wrong CA", s.k.SSLPort, s.sslYAML(s.k.Certs.OtherCAFile, true), "kafka.tls.ca_file"},
+		{"wrong CA on SASL_SSL", s.k.SASLPort, strings.Replace(s.saslYAML(secUser, secPassword), s.k.Certs.CAFile, s.k.Certs.OtherCAFile, 1), "kafka.tls.ca_file"},
+		{"wrong password", s.k.SASLPort, s.saslYAML(secUser, "Wr0ng-pa55word-e81c"), "kafka.sasl.password"},
+		{"unknown user", s.k.SASLPort, s.saslYAML("nobody", secPassword), "kafka.sasl.password"},
+		{"missing client certificate", s.k.SSLPort, s.sslYAML(s.k.Certs.CAFile, false), "kafka.tls.cert_file"},
+	} {
+		cfg := filepath.Join(e.dir, strings.ReplaceAll(m.name, " ", "-")+".yaml")
+		y := strings.Replace(string(base), e.broker.Addr(), fmt.Sprintf("127.0.0.1:%d", m.port), 1)
+		writeFile(t, cfg, strings.Replace(y, "kafka:\n", "kafka:\n"+m.yaml, 1))
+		secrets := append([][]byte{[]byte("Wr0ng-pa55word-e81c")}, s.secrets...)
+		check := func(cmd, out string, code int) {
+			t.Helper()
+			for _, sec := range secrets {
+				if strings.Contains(out, string(sec)) {
+					t.Errorf("%s: %s shows a secret:\n%s", m.name, cmd, out)
+				}
+			}
+			if code != 1 || !strings.Contains(out, m.key) {
+				t.Errorf("%s: %s exit %d, want 1 and a message naming %s:\n%s", m.name, cmd, code, m.key, out)
+			}
+			t.Logf("%s: %s says:\n%s", m.name, cmd, out)
+		}
+		out, errOut, code := outboxd(t, cfg, "check")
+		check("check", out+errOut, code)
+		out, errOut, code = outboxd(t, cfg, "run")
+		check("run", out+errOut, code)
+		out, errOut, code = outboxd(t, cfg, "dlq", "tail")
+		check("dlq tail", out+errOut, code)
+	}
+}
+
+// aclTopic is a topic ACL of the limited user.
+func aclTopic(name string, prefixed bool, op kmsg.ACLOperation) testenv.ACL {
+	return testenv.ACL{Principal: testenv.Principal(secLimited), Resource: kmsg.ACLResourceTypeTopic, Name: name, Prefixed: prefixed, Op: op}
+}
+
+// aclTxn is a transactional-id ACL of the limited user.
+func aclTxn(name string, op kmsg.ACLOperation) testenv.ACL {
+	return testenv.ACL{Principal: testenv.Principal(secLimited), Resource: kmsg.ACLResourceTypeTransactionalId, Name: name, Op: op}
+}
+
+// secIDs returns the id header of each record of topic, in the order read.
+func secIDs(recs []testenv.Consumed, topic string) []string {
+	var out []string
+	for _, r := range recs {
+		if r.Topic == topic {
+			out = append(out, r.Header("id"))
+		}
+	}
+	return out
+}
+
+// testNoTopicWrite (at_least_once): the limited user may describe, read and create the topics
+// under sec.acl. and write sec.acl.order, but neither the outbox topic sec.acl.secret nor, at
+// first, the DLQ. What outboxd does, none of it silent:
+//   - a record Kafka refuses with TOPIC_AUTHORIZATION_FAILED is permanent for that record: it
+//     goes to the DLQ (reason topic_authorization_failed, the message naming the topic and the
+//     missing WRITE), one WARN line each;
+//   - while the DLQ cannot be written either, outboxd exits 1 naming kafka.dlq_topic and the
+//     missing WRITE, and stores no position past the refused row;
+//   - once the DLQ is writable, every refused row is in it (none skipped); once WRITE on the
+//     topic is granted, dlq replay --all delivers each of them, in commit order, and new rows go
+//     straight to the topic. Nothing is lost.
+func (s *secSuite) testNoTopicWrite(t *testing.T) {
+	must(t, s.k.Grant(aclTopic("sec.acl.", true, kmsg.ACLOperationDescribe), aclTopic("sec.acl.", true, kmsg.ACLOperationRead),
+		aclTopic("sec.acl.", true, kmsg.ACLOperationCreate), aclTopic("sec.acl.order", false, kmsg.ACLOperationWrite)))
+	e := s.secEnv(t, "acl", s.k.SASLPort, s.saslYAML(secLimited, secLimitedPW))
+	p := e.start()
+	c := e.conn()
+	var order, secret []string
+	order = append(order, e.insert(c, "O1", 2)...)
+	beforeSecret := lsn(t, e.walLSN(c))
+	secret = append(secret, e.insertAgg(c, "secret", "S1", 2)...)
+	order = append(order, e.insert(c, "O2", 2)...)
+	if code := p.waitExitAfter(t, 60*time.Second, "a dead letter the DLQ refuses"); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	log := p.out.String()
+	s.noSecrets(t, "run's log", log)
+	for _, want := range []string{"dead-letter topic sec.acl.dlq cannot be written", "kafka.dlq_topic",
+		`the ACLs do not let outboxd's principal write to topic \"sec.acl.dlq\": grant it WRITE and DESCRIBE on that topic`} {
+		if !strings.Contains(log, want) {
+			t.Fatalf("the exit does not say %q:\n%s", want, log)
+		}
+	}
+	if stored := lsn(t, e.storedPosition()); stored > beforeSecret {
+		t.Fatalf("stored position %s is past the refused rows (they start after %s)", stored, beforeSecret)
+	}
+	if got := secIDs(s.records(t, `sec\.acl\..*`, 0, time.Second), "sec.acl.secret"); len(got) != 0 {
+		t.Fatalf("sec.acl.secret holds %d records without WRITE", len(got))
+	}
+
+	must(t, s.k.Grant(aclTopic("sec.acl.dlq", false, kmsg.ACLOperationWrite)))
+	p = e.start()
+	secret = append(secret, e.insertAgg(c, "secret", "S1", 1)...)
+	order = append(order, e.insert(c, "O1", 1)...)
+	waitUntil(t, 60*time.Second, "every refused row in the DLQ, every other row delivered", func() bool {
+		recs := s.records(t, `sec\.acl\..*`, 0, time.Second)
+		return len(hasAll(recs, order)) == 0 && len(secIDs(recs, "sec.acl.dlq")) >= len(secret)
+	})
+	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("SIGTERM exit %d:\n%s", code, p.out.String())
+	}
+	log = p.out.String()
+	s.noSecrets(t, "run's log", log)
+	for _, id := range secret {
+		if !regexp.MustCompile(`level=WARN msg="dead-lettering record" reason=topic_authorization_failed .*id=` + id).MatchString(log) {
+			t.Errorf("no WARN line dead-lettering %s:\n%s", id, log)
+		}
+	}
+	sameSet(t, "dead letters of sec.acl.dlq", secIDs(s.records(t, `sec\.acl\.dlq`, 0, time.Second), "sec.acl.dlq"), secret)
+	out, errOut, code := outboxd(t, e.cfgPath, "dlq", "tail")
+	s.noSecrets(t, "dlq tail", out+errOut)
+	if code != 0 || strings.Count(out, "reason=topic_authorization_failed") != len(secret) ||
+		!strings.Contains(out, "grant it WRITE and DESCRIBE on that topic") {
+		t.Fatalf("dlq tail: exit %d\n%s%s", code, out, errOut)
+	}
+
+	must(t, s.k.Grant(aclTopic("sec.acl.secret", false, kmsg.ACLOperationWrite)))
+	out, errOut, code = outboxd(t, e.cfgPath, "dlq", "replay", "--all", "--timeout", "30s")
+	s.noSecrets(t, "dlq replay", out+errOut)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d replayed, 0 failed", len(secret))) {
+		t.Fatalf("dlq replay after the grant: exit %d\n%s%s", code, out, errOut)
+	}
+	p = e.start()
+	secret = append(secret, e.insertAgg(c, "secret", "S1", 1)...)
+	waitUntil(t, 30*time.Second, "a new row to sec.acl.secret", func() bool {
+		return len(hasAll(s.records(t, `sec\.acl\.secret`, len(secret), time.Second), secret)) == 0
+	})
+	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("SIGTERM exit %d", code)
+	}
+	recs := s.records(t, `sec\.acl\..*`, 0, 1500*time.Millisecond)
+	if missing := hasAll(recs, order); len(missing) > 0 {
+		t.Fatalf("%d rows of sec.acl.order lost", len(missing))
+	}
+	// Every refused row exactly once on its topic, in commit order (one key, one partition).
+	if got := secIDs(recs, "sec.acl.secret"); strings.Join(got, ",") != strings.Join(secret, ",") {
+		t.Fatalf("sec.acl.secret holds %v, want %v (each refused row once, in commit order)", got, secret)
+	}
+}
+
+// testNoTransactionalID (exactly_once): the limited user may use the topics under sec.acleos.
+// but not, after a first run, the transactional id sec-acleos. outboxd exits 1 naming the
+// missing permission and kafka.transactional_id, having written nothing; once WRITE and
+// DESCRIBE on the transactional id are granted, it delivers every row committed meanwhile,
+// exactly once for a read_committed reader.
+func (s *secSuite) testNoTransactionalID(t *testing.T) {
+	txn := []testenv.ACL{aclTxn("sec-acleos", kmsg.ACLOperationWrite), aclTxn("sec-acleos", kmsg.ACLOperationDescribe)}
+	must(t, s.k.Grant(append(txn, aclTopic("sec.acleos.", true, kmsg.ACLOperationDescribe), aclTopic("sec.acleos.", true, kmsg.ACLOperationRead),
+		aclTopic("sec.acleos.", true, kmsg.ACLOperationCreate), aclTopic("sec.acleos.", true, kmsg.ACLOperationWrite))...))
+	e := s.secEnv(t, "acleos", s.k.SASLPort, s.saslYAML(secLimited, secLimitedPW))
+	e.editConfig("kafka:\n", "kafka:\n  delivery: exactly_once\n  transactional_id: sec-acleos\n")
+	e.editConfig("offsets:\n", "offsets:\n  store: kafka\n  topic: sec.acleos.offsets\n")
+	p := e.start()
+	c := e.conn()
+	want := e.insert(c, "E1", 3)
+	waitUntil(t, 60*time.Second, "first rows delivered", func() bool {
+		return len(hasAll(s.records(t, `sec\.acleos\.order`, len(want), time.Second), want)) == 0
+	})
+	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("SIGTERM exit %d", code)
+	}
+
+	must(t, s.k.Revoke(txn...))
+	for i := 0; i < 4; i++ {
+		want = append(want, e.insert(c, fmt.Sprintf("E%d", i%2), 2)...)
+	}
+	p = e.startWith(false)
+	if code := p.waitExitAfter(t, 60*time.Second, "the transactional id is refused"); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	log := p.out.String()
+	t.Logf("without the transactional-id ACL:\n%s", log)
+	s.noSecrets(t, "run's log", log)
+	for _, w := range []string{"kafka.transactional_id", "sec-acleos", "grant WRITE and DESCRIBE"} {
+		if !strings.Contains(log, w) {
+			t.Fatalf("the exit does not say %q:\n%s", w, log)
+		}
+	}
+	if got := secIDs(s.records(t, `sec\.acleos\.order`, 0, time.Second), "sec.acleos.order"); len(got) != 3 {
+		t.Fatalf("read_committed sees %d records while the transactional id was refused, want the first 3", len(got))
+	}
+
+	must(t, s.k.Grant(txn...))
+	p = e.start()
+	waitUntil(t, 60*time.Second, "rows committed meanwhile delivered", func() bool {
+		return len(hasAll(s.records(t, `sec\.acleos\.order`, len(want), time.Second), want)) == 0
+	})
+	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("SIGTERM exit %d", code)
+	}
+	got := s.records(t, `sec\.acleos\.order`, 0, 1500*time.Millisecond)
+	if n, dups := countDistinct(got); n != len(want) || dups != 0 {
+		t.Fatalf("read_committed: %d distinct, %d duplicates; want %d and 0", n, dups, len(want))
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// insertAgg commits one transaction with n outbox rows of aggregate type typ for aggregate agg.
+func (e *env) insertAgg(c *pgx.Conn, typ, agg string, n int) []string {
+	e.t.Helper()
+	return e.insertRows(c, n, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+			VALUES (gen_random_uuid(), $1, $2, 'created', jsonb_build_object('agg', $2::text, 'i', $3::int)) RETURNING id::text`,
+		func(i int) []any { return []any{typ, agg, i} }, nil)
+}

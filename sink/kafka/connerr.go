@@ -1,0 +1,71 @@
+package kafka
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/IBM/sarama"
+)
+
+// ConnectHint names the config key behind a failure to connect or authenticate to the brokers,
+// and says what to do, from the typed errors inside err (TLS verification, a non-TLS answer, a
+// TLS alert from the broker, a SASL refusal). It returns "" for any other error. The hint never
+// includes the SASL password.
+func (c Config) ConnectHint(err error) string {
+	if err == nil {
+		return ""
+	}
+	return c.connectHint(err)
+}
+
+func (c Config) connectHint(err error) string {
+	var (
+		unknownCA x509.UnknownAuthorityError
+		hostErr   x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		notTLS    tls.RecordHeaderError
+		opErr     *net.OpError
+	)
+	ca := "the system's trusted CAs (kafka.tls.ca_file is not set)"
+	if c.TLS != nil && c.TLS.CAFile != "" {
+		ca = c.TLS.CAFile
+	}
+	switch {
+	case errors.As(err, &unknownCA):
+		return fmt.Sprintf("kafka.tls.ca_file: the broker's certificate is not signed by a CA in %s: "+
+			"set kafka.tls.ca_file to the PEM file of the CA that signed the brokers' certificates", ca)
+	case errors.As(err, &hostErr):
+		return fmt.Sprintf("kafka.tls.ca_file: the broker's certificate does not name the host in kafka.brokers (%v): "+
+			"list the brokers by a name or IP address in their certificates", hostErr.Host)
+	case errors.As(err, &invalid):
+		return fmt.Sprintf("kafka.tls.ca_file: the broker's certificate does not verify against %s: "+
+			"renew the broker certificate or fix kafka.tls.ca_file", ca)
+	case errors.As(err, &notTLS):
+		return "kafka.tls: the broker does not answer TLS on that port: point kafka.brokers at the broker's " +
+			"SSL or SASL_SSL listener, or remove kafka.tls for a PLAINTEXT listener"
+	case errors.Is(err, sarama.ErrSASLAuthenticationFailed):
+		user := ""
+		if c.SASL != nil {
+			user = fmt.Sprintf(" %q", c.SASL.Username)
+		}
+		return fmt.Sprintf("kafka.sasl.password: the broker refused SASL authentication of kafka.sasl.username%s: "+
+			"check kafka.sasl.username and kafka.sasl.password (the user must exist on the cluster for kafka.sasl.mechanism)", user)
+	case errors.Is(err, sarama.ErrUnsupportedSASLMechanism):
+		return "kafka.sasl.mechanism: the broker's listener does not enable this mechanism (its sasl.enabled.mechanisms): " +
+			"set kafka.sasl.mechanism to one it enables, or point kafka.brokers at the SASL listener"
+	case errors.As(err, &opErr) && opErr.Op == "remote error" && c.TLS != nil:
+		// A TLS alert from the broker after our side of the handshake: with TLS 1.3 a broker
+		// that requires a client certificate says so only now (bad_certificate or
+		// certificate_required).
+		if c.TLS.CertFile == "" {
+			return "kafka.tls.cert_file: the broker refused the TLS connection, and no client certificate is set: " +
+				"its listener requires one (ssl.client.auth=required): set kafka.tls.cert_file and kafka.tls.key_file"
+		}
+		return fmt.Sprintf("kafka.tls.cert_file: the broker refused the TLS connection with the client certificate %s: "+
+			"it must be signed by a CA in the broker's truststore and be valid now", c.TLS.CertFile)
+	}
+	return ""
+}
