@@ -299,7 +299,7 @@ func ceilingAndProfile(ctx context.Context, e *env, scenario, tag string, side c
 	}
 	defer w.Close()
 	m.profile = fmt.Sprintf("%s.%s.pprof", o.CPUProfile, scenario)
-	took, err := runOutboxdInProcess(ctx, e, cfg, func(offsets.Position) (bool, error) { return w.complete() }, profiles{cpu: m.profile})
+	took, err := runOutboxdInProcess(ctx, e, cfg, func(offsets.Position) (bool, error) { return holds(w) }, profiles{cpu: m.profile})
 	if err != nil {
 		return fmt.Errorf("profiled in-process outboxd drain: %w", err)
 	}

@@ -122,6 +122,28 @@ func createLogAppendTopics(brokers, topics []string) error {
 	return nil
 }
 
+// holds is w.complete() where a partition's leadership still settling (a topic created a moment
+// ago, a busy broker) is "not yet" instead of an error: the metadata is refreshed for the next poll.
+func holds(w *ackWatch) (bool, error) {
+	ok, err := w.complete()
+	var kerr sarama.KError
+	if err != nil && errors.As(err, &kerr) && retriableListOffsets(kerr) {
+		_ = w.cl.RefreshMetadata(w.topics...)
+		return false, nil
+	}
+	return ok, err
+}
+
+func retriableListOffsets(e sarama.KError) bool {
+	switch e {
+	case sarama.ErrNotLeaderForPartition, sarama.ErrLeaderNotAvailable, sarama.ErrUnknownTopicOrPartition,
+		sarama.ErrNotCoordinatorForConsumer, sarama.ErrRequestTimedOut, sarama.ErrOffsetNotAvailable,
+		sarama.ErrFencedLeaderEpoch, sarama.ErrUnknownLeaderEpoch, sarama.ErrKafkaStorageError:
+		return true
+	}
+	return false
+}
+
 // kafkaRecord is what the bench keeps of one record read back.
 type kafkaRecord struct {
 	id      string    // header "id" (outboxd and Debezium's router both set it)

@@ -198,7 +198,7 @@ func measureDrain(ctx context.Context, brokers, topics []string, rows int, start
 			return d, fmt.Errorf("the tool exited before Kafka held the backlog: %s", tp.log())
 		}
 		if t1.IsZero() {
-			ok, err := first.complete()
+			ok, err := holds(first)
 			if err != nil {
 				return d, err
 			}
@@ -206,7 +206,7 @@ func measureDrain(ctx context.Context, brokers, topics []string, rows int, start
 				t1, cpu1 = time.Now(), tw.last.cpu
 			}
 		}
-		ok, err := all.complete()
+		ok, err := holds(all)
 		if err != nil {
 			return d, err
 		}
@@ -303,7 +303,7 @@ func measureLatency(ctx context.Context, brokers, topics []string, rate int, dur
 		defer w.Close()
 		deadline := time.Now().Add(within)
 		for {
-			ok, err := w.complete()
+			ok, err := holds(w)
 			if err != nil || ok {
 				return err
 			}

@@ -251,7 +251,7 @@ func (s *myCmpSide) primeDebezium(ctx context.Context, tag string) error {
 	}
 	defer aw.Close()
 	for deadline := time.Now().Add(2 * time.Minute); ; {
-		ok, err := aw.complete()
+		ok, err := holds(aw)
 		if err != nil {
 			return err
 		}
