@@ -129,9 +129,10 @@ var pgDeliberate = []deliberate{nullKeyDeliberate,
 
 // TestDebeziumByteForByte: see the top of the file.
 func TestDebeziumByteForByte(t *testing.T) {
+	apacheOnly(t, "Debezium runs on Kafka Connect, which needs a real broker (the test starts its own node)")
 	start := time.Now()
-	k := testenv.NewApacheKafka(t, testenv.ApacheOpts{})
-	e := newEnvOn(t, &testenv.Broker{Port: k.Port}, `outbox:
+	k, b := newPrivateApache(t, testenv.ApacheOpts{})
+	e := newEnvOn(t, b, `outbox:
   topic: obx.${routedByValue}
   headers: {type: eventType, tenant: tenant, attempt: attempt, urgent: urgent}
 `)
