@@ -60,29 +60,4 @@ func TestConnectPostgresOutbox(t *testing.T) {
 	}
 }
 
-// TestConnectMariaDBOutbox runs Debezium's MariaDB connector (3.5.0: 3.6.x is not on Maven
-// Central) with the Outbox Event Router against a private MariaDB 10.11 and an Apache Kafka node.
-func TestConnectMariaDBOutbox(t *testing.T) {
-	m := NewMariaDB(t, MariaDBOptions{RowMetadata: true})
-	ctx := context.Background()
-	if err := m.Exec(ctx, "app", MariaDBOutboxDDL("outbox", "CHAR(36)")); err != nil {
-		t.Fatal(err)
-	}
-	k := NewApacheKafka(t, ApacheOpts{})
-	cfg := DebeziumMariaDBOutbox(m.Conn("app"), 223344, "app.outbox", nil)
-	c := NewConnect(t, ConnectOpts{Bootstrap: k.Addr(), Connector: cfg})
-	t.Logf("Connect streaming %v after exec (pid %d, REST %d)", c.Started, c.Pid(), c.RESTPort)
-	if err := m.Exec(ctx, "app", `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
-		VALUES ('8c6f1b7e-2a39-4a43-9d4e-0b3a1c7f5e21', 'Order', 'o-1', 'OrderCreated', '{"b": [1, 2], "a": "x"}')`); err != nil {
-		t.Fatal(err)
-	}
-	got := Consume(t, k.Addr(), `outbox\.event\..*`, 1, 90*time.Second)
-	if len(got) != 1 {
-		t.Fatalf("read %d records from outbox.event.*, want 1; Connect log:\n%s", len(got), c.Log())
-	}
-	r := got[0]
-	if r.Topic != "outbox.event.Order" || string(r.Key) != "o-1" || string(r.Value) != `{"b": [1, 2], "a": "x"}` ||
-		r.Header("id") != "8c6f1b7e-2a39-4a43-9d4e-0b3a1c7f5e21" || r.Header("eventType") != "OrderCreated" || len(r.Headers) != 2 {
-		t.Fatalf("record %+v (value %s, key %s)", r, r.Value, r.Key)
-	}
-}
+// The MariaDB connector's harness is exercised by cmd/outboxd's TestDebeziumByteForByteMariaDB.
