@@ -56,7 +56,9 @@ func TestApacheSecurity(t *testing.T) {
 	// Its own node (TLS listeners, an authorizer) on any OUTBOXD_TEST_KAFKA, but run once: in the
 	// Apache Kafka pass of .ci/test.
 	apacheOnly(t, "TLS, SASL and ACLs need the real broker (it starts its own node with SSL, SASL_SSL and an authorizer)")
+	start := time.Now()
 	k := testenv.NewSecureApacheKafka(t, secClientCN, testenv.ApacheOpts{})
+	t.Logf("broker up in %v", time.Since(start).Round(time.Millisecond))
 	for _, u := range [][2]string{{secUser, secPassword}, {secLimited, secLimitedPW}} {
 		if err := k.AddSCRAMUser(u[0], u[1]); err != nil {
 			t.Fatal(err)
@@ -69,6 +71,7 @@ func TestApacheSecurity(t *testing.T) {
 	if err := k.Grant(grants...); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("users and ACLs in %v", time.Since(start).Round(time.Millisecond))
 	s := &secSuite{k: k, secrets: [][]byte{[]byte(secPassword), []byte(secLimitedPW)}}
 	for _, key := range [][]byte{k.Certs.ClientKeyPEM, k.Certs.BrokerKeyPEM} {
 		s.secrets = append(s.secrets, keyLines(key)...)
@@ -250,28 +253,34 @@ func (s *secSuite) testMistakes(t *testing.T) {
 		{"unknown user", s.k.SASLPort, s.saslYAML("nobody", secPassword), "kafka.sasl.password"},
 		{"missing client certificate", s.k.SSLPort, s.sslYAML(s.k.Certs.CAFile, false), "kafka.tls.cert_file"},
 	} {
+		m := m
 		cfg := filepath.Join(e.dir, strings.ReplaceAll(m.name, " ", "-")+".yaml")
 		y := strings.Replace(string(base), e.broker.Addr(), fmt.Sprintf("127.0.0.1:%d", m.port), 1)
 		writeFile(t, cfg, strings.Replace(y, "kafka:\n", "kafka:\n"+m.yaml, 1))
 		secrets := append([][]byte{[]byte("Wr0ng-pa55word-e81c")}, s.secrets...)
-		check := func(cmd, out string, code int) {
-			t.Helper()
-			for _, sec := range secrets {
-				if strings.Contains(out, string(sec)) {
-					t.Errorf("%s: %s shows a secret:\n%s", m.name, cmd, out)
+		t.Run(strings.ReplaceAll(m.name, " ", "_"), func(t *testing.T) {
+			t.Parallel() // the commands mostly wait on the broker's answers and sarama's backoff
+			check := func(cmd, out string, code int) {
+				t.Helper()
+				for _, sec := range secrets {
+					if strings.Contains(out, string(sec)) {
+						t.Errorf("%s: %s shows a secret:\n%s", m.name, cmd, out)
+					}
 				}
+				if code != 1 || !strings.Contains(out, m.key) {
+					t.Errorf("%s: %s exit %d, want 1 and a message naming %s:\n%s", m.name, cmd, code, m.key, out)
+				}
+				t.Logf("%s: %s says:\n%s", m.name, cmd, out)
 			}
-			if code != 1 || !strings.Contains(out, m.key) {
-				t.Errorf("%s: %s exit %d, want 1 and a message naming %s:\n%s", m.name, cmd, code, m.key, out)
-			}
-			t.Logf("%s: %s says:\n%s", m.name, cmd, out)
-		}
-		out, errOut, code := outboxd(t, cfg, "check")
-		check("check", out+errOut, code)
-		out, errOut, code = outboxd(t, cfg, "run")
-		check("run", out+errOut, code)
-		out, errOut, code = outboxd(t, cfg, "dlq", "tail")
-		check("dlq tail", out+errOut, code)
+			out, errOut, code := outboxd(t, cfg, "check")
+			check("check", out+errOut, code)
+			out, errOut, code = outboxd(t, cfg, "run")
+			check("run", out+errOut, code)
+			out, errOut, code = outboxd(t, cfg, "dlq", "tail")
+			check("dlq tail", out+errOut, code)
+			out, errOut, code = outboxd(t, cfg, "dlq", "replay", "--all", "--timeout", "10s")
+			check("dlq replay", out+errOut, code)
+		})
 	}
 }
 

@@ -232,9 +232,11 @@ func (k *SecureKafka) props() []string {
 	}
 }
 
-// Destroy stops the node and removes its data and certificates.
+// Destroy kills the node (its data is thrown away: no controlled shutdown to wait for) and
+// removes its data and certificates.
 func (k *SecureKafka) Destroy() {
-	k.ApacheKafka.Destroy()
+	k.Kill()
+	os.RemoveAll(k.Dir)
 	os.RemoveAll(k.Certs.Dir)
 }
 
