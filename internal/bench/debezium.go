@@ -371,6 +371,7 @@ func cmpResults(scenario, dbzDesc, kafkaDesc string, b *Backlog, m cmpData, o *O
 		detail := fmt.Sprintf("p50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms over %d records committed in %s at %.0f/s (target %d/s) by %d writers, after a %s warm-up at the same rate (its p50 %.1f ms, p99 %.1f ms, not counted); commit time = when the writer saw COMMIT return, Kafka time = broker LogAppendTime (1 ms resolution)",
 			l.quantile(0.5), l.quantile(0.95), l.quantile(0.99), l.quantile(1), len(l.lat), o.LatencyDuration, l.rate, o.LatencyRate,
 			latencyWriters, latencyWarmup, warm.quantile(0.5), warm.quantile(0.99))
+		detail += fmt.Sprintf("; Kafka held every row %.0f ms after the last commit", ms(l.catchUp))
 		if l.missing > 0 {
 			detail += fmt.Sprintf("; %d rows without a record", l.missing)
 		}

@@ -257,8 +257,9 @@ type latencyRun struct {
 	warm     []time.Duration // of the warm-up rows (not in lat), sorted
 	rate     float64         // inserts/s achieved
 	total    int
-	missing  int // rows without a record
-	negative int // records appended (ms resolution) before the writer saw its commit return
+	catchUp  time.Duration // from the last commit until Kafka held every row (polled every 20 ms)
+	missing  int           // rows without a record
+	negative int           // records appended (ms resolution) before the writer saw its commit return
 }
 
 func (l latencyRun) quantile(q float64) float64 {
@@ -364,9 +365,11 @@ func measureLatency(ctx context.Context, brokers, topics []string, rate int, dur
 		return l, fmt.Errorf("writers: %w", err)
 	}
 	l.rate = float64(all) / time.Since(begin).Seconds()
+	wrote := time.Now()
 	if err := waitFor(int64(len(aggTypes)+all), 2*time.Minute); err != nil {
 		return l, err
 	}
+	l.catchUp = time.Since(wrote)
 	tp.stop()
 	tp.stop = func() {}
 	recs, err := readBack(ctx, brokers, topics)
