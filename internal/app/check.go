@@ -65,6 +65,7 @@ func Check(ctx context.Context, c *config.Config, w io.Writer) bool {
 	secrets := secretsOf(c)
 	for _, r := range results {
 		r.Reason = Scrub(r.Reason, secrets...)
+		r.Fix = Scrub(r.Fix, secrets...) // fixes quote config values too
 		fmt.Fprintln(w, r.String())
 		ok = ok && r.OK
 	}
