@@ -229,6 +229,9 @@ func (s *secSuite) testSASL(t *testing.T) {
 	s.deliverAndReplay(t, "sasl", e, true)
 }
 
+const hungUp = "kafka.tls / kafka.sasl: the broker closed the connection before answering, as a listener does " +
+	"when the client's security does not match it (this client: "
+
 // mistake is one TLS/SASL misconfiguration and the config key its error must name.
 type mistake struct {
 	name string
@@ -237,9 +240,10 @@ type mistake struct {
 	key  string // the config key the messages must name
 }
 
-// testMistakes: a wrong CA, a wrong SASL password and a missing client certificate each make
-// check, run and dlq tail fail with a message naming the config key at fault, and no output
-// shows a secret.
+// testMistakes: a wrong CA, a wrong SASL password (or user), a missing client certificate, and
+// a client whose TLS/SASL does not match the listener each make check, run, dlq tail and dlq
+// replay fail (exit 1) with a message naming the config key at fault, and no output shows a
+// secret.
 func (s *secSuite) testMistakes(t *testing.T) {
 	e := s.secEnv(t, "mistakes", s.k.SSLPort, "")
 	base, err := os.ReadFile(e.cfgPath)
@@ -252,6 +256,10 @@ func (s *secSuite) testMistakes(t *testing.T) {
 		{"wrong password", s.k.SASLPort, s.saslYAML(secUser, "Wr0ng-pa55word-e81c"), "kafka.sasl.password"},
 		{"unknown user", s.k.SASLPort, s.saslYAML("nobody", secPassword), "kafka.sasl.password"},
 		{"missing client certificate", s.k.SSLPort, s.sslYAML(s.k.Certs.CAFile, false), "kafka.tls.cert_file"},
+		// The listener hangs up: the hint names both keys and what each listener needs.
+		{"TLS to the PLAINTEXT listener", s.k.Port, s.sslYAML(s.k.Certs.CAFile, true), hungUp + "SSL)"},
+		{"no TLS to the SSL listener", s.k.SSLPort, "", hungUp + "PLAINTEXT)"},
+		{"no SASL to the SASL_SSL listener", s.k.SASLPort, s.sslYAML(s.k.Certs.CAFile, false), hungUp + "SSL)"},
 	} {
 		m := m
 		cfg := filepath.Join(e.dir, strings.ReplaceAll(m.name, " ", "-")+".yaml")

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 
 	"github.com/IBM/sarama"
@@ -56,6 +57,13 @@ func (c Config) connectHint(err error) string {
 	case errors.Is(err, sarama.ErrUnsupportedSASLMechanism):
 		return "kafka.sasl.mechanism: the broker's listener does not enable this mechanism (its sasl.enabled.mechanisms): " +
 			"set kafka.sasl.mechanism to one it enables, or point kafka.brokers at the SASL listener"
+	case errors.Is(err, sarama.ErrOutOfBrokers) && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)):
+		// The broker hung up before answering: what a listener does to a client whose security
+		// does not match it (TLS to a PLAINTEXT listener, plaintext to an SSL one, no SASL on a
+		// SASL one); rarely a broker going down at that moment.
+		return fmt.Sprintf("kafka.tls / kafka.sasl: the broker closed the connection before answering, as a listener does "+
+			"when the client's security does not match it (this client: %s): PLAINTEXT needs neither kafka.tls nor kafka.sasl, "+
+			"SSL needs kafka.tls, SASL_SSL needs kafka.tls and kafka.sasl, SASL_PLAINTEXT needs kafka.sasl", c.security())
 	case errors.As(err, &opErr) && opErr.Op == "remote error" && c.TLS != nil:
 		// A TLS alert from the broker after our side of the handshake: with TLS 1.3 a broker
 		// that requires a client certificate says so only now (bad_certificate or
@@ -68,4 +76,17 @@ func (c Config) connectHint(err error) string {
 			"it must be signed by a CA in the broker's truststore and be valid now", c.TLS.CertFile)
 	}
 	return ""
+}
+
+// security names the client side as a Kafka security protocol.
+func (c Config) security() string {
+	switch {
+	case c.TLS != nil && c.SASL != nil:
+		return "SASL_SSL"
+	case c.TLS != nil:
+		return "SSL"
+	case c.SASL != nil:
+		return "SASL_PLAINTEXT"
+	}
+	return "PLAINTEXT"
 }

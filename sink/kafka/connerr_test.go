@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -39,6 +40,10 @@ func TestConnectHint(t *testing.T) {
 		{"sasl mechanism", Config{SASL: sasl}, out(sarama.ErrUnsupportedSASLMechanism), "kafka.sasl.mechanism"},
 		{"no client cert", Config{TLS: tlsCA}, out(&net.OpError{Op: "remote error", Err: alertErr{}}), "kafka.tls.cert_file: the broker refused the TLS connection, and no client certificate is set"},
 		{"client cert refused", Config{TLS: &TLSConfig{CertFile: "/etc/c.pem", KeyFile: "/etc/k.pem"}}, out(&net.OpError{Op: "remote error", Err: alertErr{}}), "kafka.tls.cert_file: the broker refused the TLS connection with the client certificate /etc/c.pem"},
+		{"hung up, plaintext", Config{}, out(io.EOF), "kafka.tls / kafka.sasl: the broker closed the connection before answering, as a listener does when the client's security does not match it (this client: PLAINTEXT)"},
+		{"hung up, SSL", Config{TLS: tlsCA}, out(io.ErrUnexpectedEOF), "(this client: SSL)"},
+		{"hung up, SASL_SSL", Config{TLS: tlsCA, SASL: sasl}, out(io.EOF), "(this client: SASL_SSL)"},
+		{"EOF not at connect", Config{}, fmt.Errorf("produce: %w", io.EOF), ""},
 		{"remote error without TLS", Config{}, out(&net.OpError{Op: "remote error", Err: alertErr{}}), ""},
 		{"connection refused", Config{TLS: tlsCA}, out(&net.OpError{Op: "dial", Err: errors.New("connection refused")}), ""},
 		{"nil", Config{}, nil, ""},
