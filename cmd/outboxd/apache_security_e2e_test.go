@@ -80,7 +80,7 @@ func TestApacheSecurity(t *testing.T) {
 	t.Run("SASL_SSL", s.testSASL)
 	t.Run("Mistakes", s.testMistakes)
 	t.Run("ACLNoTopicWrite", s.testNoTopicWrite)
-	t.Run("ACLNoTransactionalID", s.testNoTransactionalID)
+	t.Run("ACLExactlyOnce", s.testEOSACLs)
 }
 
 type secSuite struct {
@@ -403,27 +403,50 @@ func (s *secSuite) testNoTopicWrite(t *testing.T) {
 	}
 }
 
-// testNoTransactionalID (exactly_once): the limited user may use the topics under sec.acleos.
-// but not, after a first run, the transactional id sec-acleos. outboxd exits 1 naming the
-// missing permission and kafka.transactional_id, having written nothing; once WRITE and
-// DESCRIBE on the transactional id are granted, it delivers every row committed meanwhile,
-// exactly once for a read_committed reader.
-func (s *secSuite) testNoTransactionalID(t *testing.T) {
+// testEOSACLs (exactly_once): the limited user may describe, read and create the topics under
+// sec.acleos. and write sec.acleos.order, the offsets topic and the DLQ, but not
+// sec.acleos.secret; after a first run it also loses the transactional id sec-acleos.
+//   - a row for sec.acleos.secret fails its transaction (TOPIC_AUTHORIZATION_FAILED); outboxd
+//     aborts and redoes the transaction with that row dead-lettered (WARN line, reason
+//     topic_authorization_failed): read_committed sees every other row once, the refused one
+//     once in the DLQ, nothing on the refused topic;
+//   - without WRITE and DESCRIBE on the transactional id, outboxd exits 1 naming the missing
+//     permission and kafka.transactional_id, having written nothing; once they are granted it
+//     delivers every row committed meanwhile, exactly once for a read_committed reader.
+func (s *secSuite) testEOSACLs(t *testing.T) {
 	txn := []testenv.ACL{aclTxn("sec-acleos", kmsg.ACLOperationWrite), aclTxn("sec-acleos", kmsg.ACLOperationDescribe)}
-	must(t, s.k.Grant(append(txn, aclTopic("sec.acleos.", true, kmsg.ACLOperationDescribe), aclTopic("sec.acleos.", true, kmsg.ACLOperationRead),
-		aclTopic("sec.acleos.", true, kmsg.ACLOperationCreate), aclTopic("sec.acleos.", true, kmsg.ACLOperationWrite))...))
+	grants := append(txn, aclTopic("sec.acleos.", true, kmsg.ACLOperationDescribe), aclTopic("sec.acleos.", true, kmsg.ACLOperationRead),
+		aclTopic("sec.acleos.", true, kmsg.ACLOperationCreate))
+	for _, w := range []string{"sec.acleos.order", "sec.acleos.offsets", "sec.acleos.dlq"} {
+		grants = append(grants, aclTopic(w, false, kmsg.ACLOperationWrite))
+	}
+	must(t, s.k.Grant(grants...))
 	e := s.secEnv(t, "acleos", s.k.SASLPort, s.saslYAML(secLimited, secLimitedPW))
 	e.editConfig("kafka:\n", "kafka:\n  delivery: exactly_once\n  transactional_id: sec-acleos\n")
 	e.editConfig("offsets:\n", "offsets:\n  store: kafka\n  topic: sec.acleos.offsets\n")
 	p := e.start()
 	c := e.conn()
 	want := e.insert(c, "E1", 3)
-	waitUntil(t, 60*time.Second, "first rows delivered", func() bool {
-		return len(hasAll(s.records(t, `sec\.acleos\.order`, len(want), time.Second), want)) == 0
+	refused := e.insertAgg(c, "secret", "E1", 1)[0]
+	want = append(want, e.insert(c, "E1", 1)...)
+	waitUntil(t, 60*time.Second, "first rows delivered, the refused one dead-lettered", func() bool {
+		recs := s.records(t, `sec\.acleos\.(order|dlq)`, len(want)+1, time.Second)
+		return len(hasAll(recs, want)) == 0 && len(hasAll(recs, []string{refused})) == 0
 	})
 	if code := p.stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
+	if !regexp.MustCompile(`level=WARN msg="dead-lettering record" reason=topic_authorization_failed .*id=` + refused).MatchString(p.out.String()) {
+		t.Fatalf("no WARN line dead-lettering %s:\n%s", refused, p.out.String())
+	}
+	recs := s.records(t, `sec\.acleos\..*`, 0, 1500*time.Millisecond)
+	if dl := secIDs(recs, "sec.acleos.dlq"); len(dl) != 1 || dl[0] != refused {
+		t.Fatalf("read_committed DLQ holds %v, want the refused row %s once", dl, refused)
+	}
+	if got := secIDs(recs, "sec.acleos.secret"); len(got) != 0 {
+		t.Fatalf("sec.acleos.secret holds %d records without WRITE", len(got))
+	}
+	first := len(want)
 
 	must(t, s.k.Revoke(txn...))
 	for i := 0; i < 4; i++ {
@@ -441,8 +464,8 @@ func (s *secSuite) testNoTransactionalID(t *testing.T) {
 			t.Fatalf("the exit does not say %q:\n%s", w, log)
 		}
 	}
-	if got := secIDs(s.records(t, `sec\.acleos\.order`, 0, time.Second), "sec.acleos.order"); len(got) != 3 {
-		t.Fatalf("read_committed sees %d records while the transactional id was refused, want the first 3", len(got))
+	if got := secIDs(s.records(t, `sec\.acleos\.order`, 0, time.Second), "sec.acleos.order"); len(got) != first {
+		t.Fatalf("read_committed sees %d records while the transactional id was refused, want the first %d", len(got), first)
 	}
 
 	must(t, s.k.Grant(txn...))
