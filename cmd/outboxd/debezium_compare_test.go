@@ -125,6 +125,12 @@ var pgDeliberate = []deliberate{nullKeyDeliberate,
 	{row: "*", field: "header urgent", dbz: `"true"`, obx: `"t"`,
 		why: "a boolean header column: Debezium writes Connect's rendering (true/false), outboxd PostgreSQL's text output (t/f); every header column is sent as the database's text"},
 	{row: "*", field: "header urgent", dbz: `"false"`, obx: `"f"`, why: "as above"},
+	{row: "typed-headers", field: "header at", dbz: `"2026-01-02T03:04:05.123456Z"`, obx: `"2026-01-02 03:04:05.123456+00"`,
+		why: "a timestamptz header column: Debezium writes its ZonedTimestamp (ISO-8601, UTC), outboxd PostgreSQL's text output (in the server's TimeZone)"},
+	{row: "typed-headers", field: "header day", dbz: `"20455"`, obx: `"2026-01-02"`,
+		why: "a date header column: Debezium writes its Date logical type (days since 1970-01-01, time.precision.mode=adaptive), outboxd the date text"},
+	{row: "typed-headers", field: "header raw", dbz: `"AAH/"`, obx: `"\x00\x01\xff"`,
+		why: "a bytea header column: Debezium's SimpleHeaderConverter writes Base64, outboxd the raw bytes"},
 }
 
 // TestDebeziumByteForByte: see the top of the file.
@@ -134,15 +140,19 @@ func TestDebeziumByteForByte(t *testing.T) {
 	k, b := newPrivateApache(t, testenv.ApacheOpts{})
 	e := newEnvOn(t, b, `outbox:
   topic: obx.${routedByValue}
-  headers: {type: eventType, tenant: tenant, attempt: attempt, urgent: urgent}
+  headers: {type: eventType, tenant: tenant, attempt: attempt, urgent: urgent, amount: amount, at: at, day: day, ref: ref, doc: doc, raw: raw}
 `)
 	ctx := context.Background()
-	if err := e.pg.Exec(ctx, "app", "ALTER TABLE public.outbox ADD COLUMN tenant text, ADD COLUMN attempt int, ADD COLUMN urgent boolean"); err != nil {
+	if err := e.pg.Exec(ctx, "app", "ALTER SYSTEM SET timezone = 'UTC'", "SELECT pg_reload_conf()", // the text of timestamptz headers
+		"ALTER TABLE public.outbox ADD COLUMN tenant text, ADD COLUMN attempt int, ADD COLUMN urgent boolean",
+		// typed header columns, NULL but in row typed-headers
+		"ALTER TABLE public.outbox ADD COLUMN amount numeric(10,2), ADD COLUMN at timestamptz, ADD COLUMN day date, ADD COLUMN ref uuid, ADD COLUMN doc jsonb, ADD COLUMN raw bytea"); err != nil {
 		t.Fatal(err)
 	}
 	cfg := testenv.DebeziumPostgresOutbox(e.pg.Conn("app"), "dbz_cmp", "dbz_cmp", "public.outbox", map[string]string{
-		"transforms.outbox.route.topic.replacement":           "dbz.${routedByValue}",
-		"transforms.outbox.table.fields.additional.placement": "type:header:eventType,tenant:header:tenant,attempt:header:attempt,urgent:header:urgent",
+		"transforms.outbox.route.topic.replacement": "dbz.${routedByValue}",
+		"transforms.outbox.table.fields.additional.placement": "type:header:eventType,tenant:header:tenant,attempt:header:attempt,urgent:header:urgent," +
+			"amount:header:amount,at:header:at,day:header:day,ref:header:ref,doc:header:doc,raw:header:raw",
 	})
 	t.Logf("Debezium connector config:\n%s", dumpConfig(cfg))
 	c := testenv.NewConnect(t, testenv.ConnectOpts{Bootstrap: k.Addr(), Connector: cfg})
@@ -173,6 +183,13 @@ func TestDebeziumByteForByte(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	typed := cmpRow{label: "typed-headers", aggType: "Order", aggID: sp("order-typed"), typ: sp("Typed"), payload: sp(`{}`)}
+	if _, err := conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, amount, at, day, ref, doc, raw)
+		VALUES ($1, $2, $3, $4, $5::jsonb, 12.5, '2026-01-02 03:04:05.123456+00', '2026-01-02', 'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11', '{"b": 1, "a": [true]}', '\x0001ff')`,
+		typed.id(), typed.aggType, typed.aggID, typed.typ, typed.payload); err != nil {
+		t.Fatal(err)
+	}
+	rows = append(rows, typed)
 	// Updates and deletes are no events for either.
 	if _, err := conn.Exec(ctx, `UPDATE outbox SET payload = '{"updated": true}'`); err != nil {
 		t.Fatal(err)
