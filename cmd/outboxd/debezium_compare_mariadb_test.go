@@ -21,7 +21,15 @@ import (
 // 1/0.)
 var mariaDeliberate = []deliberate{nullKeyDeliberate,
 	{row: "upper-id", field: "header id", dbz: `"` + strings.ToUpper(cmpRow{label: "upper-id"}.id()) + `"`, obx: `"` + cmpRow{label: "upper-id"}.id() + `"`,
-		why: "an event id in a text column that is a uuid in upper case: Debezium passes it as stored, outboxd writes the canonical lower-case uuid (its id header is always canonical, whatever the column type: BINARY(16), CHAR(32/36), uuid)"}}
+		why: "an event id in a text column that is a uuid in upper case: Debezium passes it as stored, outboxd writes the canonical lower-case uuid (its id header is always canonical, whatever the column type: BINARY(16), CHAR(32/36), uuid)"},
+	{row: "typed-headers", field: "header at", dbz: `"1767323045123456"`, obx: `"2026-01-02 03:04:05.123456"`,
+		why: "a DATETIME header column: Debezium writes its MicroTimestamp (microseconds since 1970, the wall clock read as UTC), outboxd the DATETIME text"},
+	{row: "typed-headers", field: "header ts", dbz: `"2026-01-02T03:04:05.123456Z"`, obx: `"2026-01-02 03:04:05.123456"`,
+		why: "a TIMESTAMP header column: Debezium writes its ZonedTimestamp (ISO-8601, UTC), outboxd the TIMESTAMP text (UTC)"},
+	{row: "typed-headers", field: "header day", dbz: `"20455"`, obx: `"2026-01-02"`,
+		why: "a DATE header column: Debezium writes days since 1970-01-01, outboxd the date text"},
+	{row: "typed-headers", field: "header raw", dbz: `"AAH/"`, obx: `"\x00\x01\xff"`,
+		why: "a binary header column: Debezium's SimpleHeaderConverter writes Base64, outboxd the raw bytes"}}
 
 // mariaOutboxDDL is MariaDBOutboxDDL with the comparison's header columns, utf8mb4 text and a
 // nullable aggregateid (to show the NULL key row as on PostgreSQL).
@@ -34,6 +42,11 @@ const mariaOutboxDDL = `CREATE TABLE app.outbox (
 	tenant VARCHAR(64),
 	attempt INT,
 	urgent BOOLEAN,
+	amount DECIMAL(10,2),
+	at DATETIME(6),
+	ts TIMESTAMP(6) NULL,
+	day DATE,
+	raw VARBINARY(8),
 	created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`
 
@@ -50,7 +63,7 @@ func TestDebeziumByteForByteMariaDB(t *testing.T) {
 	start := time.Now()
 	m := testenv.NewMariaDB(t, testenv.MariaDBOptions{RowMetadata: true})
 	ctx := context.Background()
-	if err := m.Exec(ctx, "app", mariaOutboxDDL); err != nil {
+	if err := m.Exec(ctx, "app", mariaOutboxDDL, "SET GLOBAL time_zone = '+00:00'"); err != nil {
 		t.Fatal(err)
 	}
 	k, _ := newPrivateApache(t, testenv.ApacheOpts{})
@@ -71,7 +84,7 @@ http:
   listen: ""
 outbox:
   topic: obx.${routedByValue}
-  headers: {type: eventType, tenant: tenant, attempt: attempt, urgent: urgent}
+  headers: {type: eventType, tenant: tenant, attempt: attempt, urgent: urgent, amount: amount, at: at, ts: ts, day: day, raw: raw}
 `, m.DSN("app"), k.Addr(), filepath.Join(filepath.Dir(cfgPath), "offsets.json")))
 	p := startProc(t, cfgPath)
 	waitUntil(t, 60*time.Second, "outboxd's binlog dump connected", func() bool {
@@ -87,8 +100,9 @@ outbox:
 		return len(rows) == 1 && rows[0][0] != "0"
 	})
 	cfg := testenv.DebeziumMariaDBOutbox(m.Conn("app"), 223344, "app.outbox", map[string]string{
-		"transforms.outbox.route.topic.replacement":           "dbz.${routedByValue}",
-		"transforms.outbox.table.fields.additional.placement": "type:header:eventType,tenant:header:tenant,attempt:header:attempt,urgent:header:urgent",
+		"transforms.outbox.route.topic.replacement": "dbz.${routedByValue}",
+		"transforms.outbox.table.fields.additional.placement": "type:header:eventType,tenant:header:tenant,attempt:header:attempt,urgent:header:urgent," +
+			"amount:header:amount,at:header:at,ts:header:ts,day:header:day,raw:header:raw",
 	})
 	t.Logf("Debezium connector config:\n%s", dumpConfig(cfg))
 	c := testenv.NewConnect(t, testenv.ConnectOpts{Bootstrap: k.Addr(), Connector: cfg})
@@ -118,6 +132,12 @@ outbox:
 			t.Fatal(err)
 		}
 	}
+	typed := cmpRow{label: "typed-headers", aggType: "Order", aggID: sp("order-typed"), typ: sp("Typed"), payload: sp(`{}`)}
+	if err := m.Exec(ctx, "app", "SET time_zone = '+00:00'", fmt.Sprintf(`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, amount, at, ts, day, raw)
+		VALUES ('%s', 'Order', 'order-typed', 'Typed', '{}', 12.5, '2026-01-02 03:04:05.123456', '2026-01-02 03:04:05.123456', '2026-01-02', X'0001ff')`, typed.id())); err != nil {
+		t.Fatal(err)
+	}
+	rows = append(rows, typed)
 	if err := m.Exec(ctx, "app", `UPDATE outbox SET payload = '{"updated": true}'`, `DELETE FROM outbox WHERE aggregatetype = 'Customer'`); err != nil {
 		t.Fatal(err)
 	}
