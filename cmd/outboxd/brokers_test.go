@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -110,19 +111,42 @@ func apacheNode(b *testenv.Broker) *testenv.ApacheKafka {
 	return nil
 }
 
+// brokerGone takes the env's broker away for the rest of the test: kfake closes (connections
+// refused); an Apache node is frozen with SIGSTOP (requests unanswered), and continues at the
+// end of the test (the shared node serves the next tests).
+func (e *env) brokerGone() {
+	if k := apacheNode(e.broker); k != nil {
+		k.Pause()
+		e.t.Cleanup(k.Resume)
+		return
+	}
+	e.broker.Stop()
+}
+
 // restartable is a broker the test stops and starts again with its state kept: kfake with a
 // data dir, or a private Apache Kafka node.
 type restartable struct {
+	t *testing.T
 	b *testenv.Broker
 	k *testenv.ApacheKafka // nil on kfake
 }
 
-// newRestartableBroker returns a broker of the test's own that it may stop and start again.
+// newRestartableBroker returns a broker the test may stop and start again: on Apache Kafka the
+// shared node (a restart costs less than a new node's start), started again at the end of the
+// test if the test left it stopped.
 func newRestartableBroker(t *testing.T) *restartable {
 	t.Helper()
 	if onApache() {
-		k, b := newPrivateApache(t, testenv.ApacheOpts{})
-		return &restartable{b: b, k: k}
+		b := newTestBroker(t)
+		k := apacheNode(b)
+		t.Cleanup(func() {
+			if !k.Running() {
+				if err := k.Start(); err != nil {
+					t.Errorf("start the shared Apache Kafka node again: %v", err)
+				}
+			}
+		})
+		return &restartable{t: t, b: b, k: k}
 	}
 	b := testenv.NewBroker(t)
 	b.Stop()
@@ -130,13 +154,15 @@ func newRestartableBroker(t *testing.T) *restartable {
 	if err := b.Start(); err != nil {
 		t.Fatal(err)
 	}
-	return &restartable{b: b}
+	return &restartable{t: t, b: b}
 }
 
 // stop is a clean shutdown (Apache: SIGTERM, a controlled shutdown).
 func (r *restartable) stop() {
 	if r.k != nil {
+		t0 := time.Now()
 		r.k.Stop()
+		r.t.Logf("Apache Kafka node stopped (SIGTERM) in %v", time.Since(t0).Round(time.Millisecond))
 		return
 	}
 	r.b.Stop()
@@ -153,6 +179,7 @@ func (r *restartable) kill() {
 
 func (r *restartable) start(t *testing.T) {
 	t.Helper()
+	t0 := time.Now()
 	var err error
 	if r.k != nil {
 		err = r.k.Start()
@@ -161,6 +188,9 @@ func (r *restartable) start(t *testing.T) {
 	}
 	if err != nil {
 		t.Fatalf("restart the broker: %v", err)
+	}
+	if r.k != nil {
+		t.Logf("Apache Kafka node restarted in %v", time.Since(t0).Round(time.Millisecond))
 	}
 }
 

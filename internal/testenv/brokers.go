@@ -58,7 +58,8 @@ var shared struct {
 // deleted so the caller starts from an empty broker as on a fresh one. Internal topics
 // (__consumer_offsets, __transaction_state) stay: transactional ids of earlier tests are known
 // to the coordinator, as after any restart of outboxd. Tests that stop the broker, or need
-// other broker settings, must start their own node (NewApacheKafka). Call StopSharedApacheKafka
+// other broker settings, must start their own node (NewApacheKafka), or stop and start the shared
+// one again before they end (a node found stopped is started again). Call StopSharedApacheKafka
 // at the end of the process (TestMain).
 func SharedApacheKafka(t testing.TB) *ApacheKafka {
 	t.Helper()
@@ -74,8 +75,10 @@ func SharedApacheKafka(t testing.TB) *ApacheKafka {
 		Unavailable(t, "Apache Kafka "+ApacheKafkaVersion+" (shared node)", shared.err)
 	}
 	k := shared.k
-	if !k.Running() {
-		t.Fatalf("the shared Apache Kafka node is not running (a test stopped it: such a test must start its own node with NewApacheKafka)")
+	if !k.Running() { // a test stopped it and failed before starting it again
+		if err := k.Start(); err != nil {
+			t.Fatalf("restart the shared Apache Kafka node: %v", err)
+		}
 	}
 	if err := DeleteAllTopics(k.Addr(), 60*time.Second); err != nil {
 		t.Fatalf("reset the shared Apache Kafka node: %v; log:\n%s", err, k.Log())
