@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -64,6 +65,39 @@ func startCmpKafka(e *env) (*cmpKafka, error) {
 	}
 	return &cmpKafka{brokers: []string{k.Addr()}, dir: k.Dir,
 		desc: "Apache Kafka " + testenv.ApacheKafkaVersion + " (private single KRaft node, JVM -Xmx512m, same machine)", stop: k.Destroy}, nil
+}
+
+// warmBroker produces n outbox-sized records (lz4, acks=all, as both tools do) to a throwaway
+// topic, so that the broker's JIT warm-up is not billed to whichever tool drains first.
+func warmBroker(ctx context.Context, brokers []string, n int) error {
+	topic := fmt.Sprintf("outboxd-bench.warmup.%d", time.Now().UnixNano())
+	if err := createLogAppendTopics(brokers, []string{topic}); err != nil {
+		return err
+	}
+	defer deleteTopics(brokers, topic)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic),
+		kgo.ProducerBatchCompression(kgo.Lz4Compression()), kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(5*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	value := []byte(`{"orderId": 0, "status": "CREATED", "note": "` + strings.Repeat("0123456789abcdef", 18) + `"}`)
+	var failed atomic.Pointer[error]
+	for i := range n {
+		cl.Produce(ctx, &kgo.Record{Key: []byte(fmt.Sprintf("customer-%d", i%1000)), Value: value}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				failed.CompareAndSwap(nil, &err)
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return err
+	}
+	if p := failed.Load(); p != nil {
+		return fmt.Errorf("warm the broker up: %w", *p)
+	}
+	return nil
 }
 
 func newBenchAdmin(brokers []string) (sarama.ClusterAdmin, error) {
