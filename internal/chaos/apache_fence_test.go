@@ -123,23 +123,25 @@ func zombie(t *testing.T, c *testenv.ApacheCluster, p apachePlan) {
 	t.Cleanup(func() { a.cmd.Process.Signal(syscall.SIGCONT) })
 	t.Logf("a (producer id %d epoch %d) frozen with SIGSTOP", za.id, za.epoch)
 	b := startProc(t, "b", f.config("b", addrB, ""), f.dir)
-	took := waitFor(t, 2*time.Minute, "b takes over and delivers", func() bool {
+	waitFor(t, 2*time.Minute, "b takes over and delivers", func() bool {
 		b.mustBeRunning(t)
 		v, _ := produced(addrB)
 		return v > 200
 	})
-	t.Logf("b delivering %v after the freeze", (time.Since(frozen)).Round(100*time.Millisecond))
-	_ = took
+	takeover := time.Since(frozen)
+	t.Logf("b delivering %v after the freeze", takeover.Round(100*time.Millisecond))
 	time.Sleep(2 * time.Second)
 	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
+	cont := time.Now()
 	t.Logf("a continued (SIGCONT)")
 	select {
 	case <-a.done:
 	case <-time.After(90 * time.Second):
 		t.Fatalf("the zombie still runs 90s after SIGCONT:\n%s", tail(a.out.String(), 40))
 	}
+	exited := time.Since(cont)
 	out := a.out.String()
 	msg := fmt.Sprintf(`producer fenced: another producer initialised transactional id \"%s-txn\" (kafka.transactional_id)`, prefix)
 	if a.code != 1 || !strings.Contains(out, msg) {
@@ -150,7 +152,8 @@ func zombie(t *testing.T, c *testenv.ApacheCluster, p apachePlan) {
 	time.Sleep(2 * time.Second)
 	b.mustBeRunning(t)
 	r := apacheResult{scenario: "zombie: SIGSTOP the active instance, a second one takes over, SIGCONT", delivery: "exactly_once",
-		faults: "1 SIGSTOP + SIGCONT", note: fmt.Sprintf("zombie exit %d", a.code)}
+		faults: "1 SIGSTOP + SIGCONT",
+		note:   fmt.Sprintf("b delivering %s after the freeze; zombie exit %d %s after SIGCONT", takeover.Round(100*time.Millisecond), a.code, exited.Round(100*time.Millisecond))}
 	apacheFinish(t, f, c, w, sm, p, r, started, prefix+".dlq")
 	_, recs := deliverAll(t, f, time.Minute)
 	if n := zombieWrites(recs, za); n > 0 {
