@@ -272,7 +272,8 @@ type cmpData struct {
 
 // ceilingAndProfile drains the backlog once with the backend's first reference reader (the
 // server's rate without Kafka: pg_recvlogical, a bare BinlogSyncer) and, with -cpuprofile, once
-// with outboxd in-process under the CPU profiler (to PREFIX.<scenario>.pprof).
+// with outboxd in-process under the CPU profiler (to PREFIX.<scenario>.pprof; -blockprofile adds
+// a block profile of the same drain).
 func ceilingAndProfile(ctx context.Context, e *env, scenario, tag string, side cmpSide, b *Backlog, k *cmpKafka, m *cmpData) error {
 	o := e.o
 	be := side.backend()
@@ -306,7 +307,11 @@ func ceilingAndProfile(ctx context.Context, e *env, scenario, tag string, side c
 	}
 	defer w.Close()
 	m.profile = fmt.Sprintf("%s.%s.pprof", o.CPUProfile, scenario)
-	took, err := runOutboxdInProcess(ctx, e, cfg, func(offsets.Position) (bool, error) { return holds(w) }, profiles{cpu: m.profile})
+	prof := profiles{cpu: m.profile}
+	if o.BlockProfile != "" {
+		prof.block = fmt.Sprintf("%s.%s.pprof", o.BlockProfile, scenario)
+	}
+	took, err := runOutboxdInProcess(ctx, e, cfg, func(offsets.Position) (bool, error) { return holds(w) }, prof)
 	if err != nil {
 		return fmt.Errorf("profiled in-process outboxd drain: %w", err)
 	}
