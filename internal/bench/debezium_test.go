@@ -261,3 +261,23 @@ func TestCmpResults(t *testing.T) {
 		}
 	}
 }
+
+// TestShortSkip: -short leaves the comparison out unless -only names it; a full run has it.
+func TestShortSkip(t *testing.T) {
+	for _, c := range []struct {
+		short bool
+		only  []string
+		skip  bool
+	}{
+		{true, nil, true},
+		{true, []string{"drain-pg-1"}, true},
+		{true, []string{"vs-debezium-pg"}, false},
+		{false, nil, false},
+	} {
+		e := &env{o: &Options{Short: c.short, Only: c.only}}
+		r := shortSkip(e, "vs-debezium-pg")
+		if (r != nil) != c.skip || (r != nil && !strings.HasPrefix(r[0].Error, "skipped")) {
+			t.Errorf("short=%v only=%v: %+v, want skipped=%v", c.short, c.only, r, c.skip)
+		}
+	}
+}
