@@ -3,7 +3,7 @@
 // against private PostgreSQL and MariaDB servers, the embedded Kafka-protocol broker (kfake)
 // and real Apache Kafka 4.4 (internal/testenv).
 //
-//	go test ./internal/chaos/                                     # short mode (CI), ~8 minutes
+//	go test ./internal/chaos/                                     # short mode (CI), ~10 minutes on 2 cores
 //	OUTBOXD_CHAOS=long go test -timeout 90m ./internal/chaos/     # long mode, for the README table
 //	OUTBOXD_CHAOS_REPORT=chaos.md go test ./internal/chaos/       # also write the tables to files
 //	go test -short ./internal/chaos/                              # skips the Apache Kafka chaos
