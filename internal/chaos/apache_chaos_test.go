@@ -222,6 +222,11 @@ func noQuorum(t *testing.T, c *testenv.ApacheCluster, p apachePlan, eos bool) {
 	if refused == 0 {
 		t.Errorf("node 3 logged no NotEnoughReplicasException for %s topics during the outage", prefix)
 	}
+	if !eos && !strings.Contains(proc.out.String(), "no acknowledgement from Kafka") {
+		// The producer retries inside sarama; without the pipeline's stall warning the outage
+		// would pass without a log line.
+		t.Errorf("outboxd logged no stall warning during a %s outage; output:\n%s", p.outage, tail(proc.out.String(), 20))
+	}
 	startNodes(t, x, y)
 	waitISR(t, c, 2*time.Minute)
 	time.Sleep(2 * time.Second)

@@ -114,7 +114,8 @@ type runner struct {
 	saveCtx        context.Context  // the session's; cancelled when it ends
 	committed      offsets.Position // newest acked prefix taken from the tracker (may be unsaved)
 
-	lastLog time.Time // last "committed position" info line
+	lastLog time.Time  // last "committed position" info line
+	stall   stallWatch // WARN while records wait for Kafka (stall.go)
 
 	mu       sync.Mutex
 	outcomes []*inflight
@@ -232,6 +233,7 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 			}
 		case <-ticker.C:
 			r.commit()
+			r.stallTick()
 		case err := <-errCh:
 			reading = false
 			if ctx.Err() == nil {
@@ -322,6 +324,7 @@ func (r *runner) handleOutcomes(ctx context.Context) error {
 	batch := r.outcomes
 	r.outcomes = nil
 	r.mu.Unlock()
+	r.stallProgress()
 	for _, f := range batch {
 		switch {
 		case f.err == nil:
