@@ -87,7 +87,7 @@ func describeDbz(s dbzSetup) (string, map[string]string) {
 	for _, sec := range []struct {
 		name string
 		kv   map[string]string
-	}{{"connector", s.connector}, {"worker", s.worker}} {
+	}{{"connector", s.connector}, {"worker", withHarnessWorker(s.worker)}} {
 		keys := make([]string, 0, len(sec.kv))
 		for k := range sec.kv {
 			keys = append(keys, k)
@@ -105,8 +105,27 @@ func describeDbz(s dbzSetup) (string, map[string]string) {
 		parts = append(parts, sec.name+": "+strings.Join(kv, ", "))
 	}
 	all["jvm"] = strings.Join(s.jvm, " ")
-	parts = append(parts, "JVM: "+all["jvm"]+" (testenv adds plugin.path, offsets file, REST port, StringConverter)")
+	parts = append(parts, "JVM: "+all["jvm"])
 	return strings.Join(parts, "; "), all
+}
+
+// withHarnessWorker is w with the worker settings testenv.StartConnect writes unless overridden
+// (internal/testenv/debezium_connect.go), for the report.
+func withHarnessWorker(w map[string]string) map[string]string {
+	out := map[string]string{
+		"bootstrap.servers":            "<the comparison's Kafka>",
+		"key.converter":                "org.apache.kafka.connect.storage.StringConverter",
+		"value.converter":              "org.apache.kafka.connect.storage.StringConverter",
+		"offset.storage.file.filename": "<Connect dir>/connect.offsets",
+		"offset.flush.interval.ms":     "1000",
+		"plugin.path":                  "<Debezium lib dir>/plugins",
+		"plugin.discovery":             "service_load",
+		"listeners":                    "http://127.0.0.1:<free port>",
+	}
+	for k, v := range w {
+		out[k] = v
+	}
+	return out
 }
 
 // ratio is num/den, or ok=false when it has no meaning (a zero or unmeasured denominator).
