@@ -229,6 +229,12 @@ func TestTopicDeletedWhileRunning(t *testing.T) {
 			t.Fatalf("outboxd exited %d without naming the topic; want exit 1 naming outbox.event.order:\n%s", p.code, out)
 		}
 	} else {
+		// The producer retries a missing topic inside sarama (metadata refresh), so only the
+		// pipeline's ack-stall warning tells the operator.
+		waitUntil(t, 30*time.Second, "the ack-stall warning", func() bool {
+			return strings.Contains(p.out.String(), "no acknowledgement from Kafka")
+		})
+		out = p.out.String()
 		var said []string
 		for _, l := range strings.Split(out, "\n") {
 			if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {

@@ -70,7 +70,7 @@ func (s *stallWatch) tick(now time.Time, inflight int) (stallEvent, time.Duratio
 func logStall(log *slog.Logger, ev stallEvent, d time.Duration, inflight int) {
 	switch ev {
 	case stallWarn:
-		log.Warn("no acknowledgement from Kafka: records are in flight and the producer keeps retrying (brokers down, no leader, or fewer in-sync replicas than min.insync.replicas?); nothing is stored past them, delivery resumes when Kafka answers",
+		log.Warn("no acknowledgement from Kafka: records are in flight and the producer keeps retrying (brokers down, no leader, fewer in-sync replicas than min.insync.replicas, or a topic that does not exist while the cluster does not auto-create topics?); nothing is stored past them, delivery resumes when Kafka answers",
 			"waiting", d.Round(time.Second), "inflight", inflight)
 	case stallResolved:
 		log.Info("Kafka acknowledges again", "stalled", d.Round(time.Millisecond))
