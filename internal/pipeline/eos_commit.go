@@ -57,6 +57,9 @@ func (r *eosRunner) commitBatch(b *eosBatch) error {
 			r.log.Warn("the Kafka commit failed and its outcome is unknown: re-initialising the transactional id and reading the committed position back",
 				"batch_end", string(b.end))
 			r.dropProducer()
+			if err := r.takenOver(b); err != nil {
+				return err
+			}
 			if err := r.renewProducer(); err != nil {
 				return err
 			}
@@ -360,6 +363,26 @@ func (r *eosRunner) renewProducer() error {
 			return fmt.Errorf("%w: the transactional producer could not be initialised; committed position %s", ErrShutdownTimeout, r.committed)
 		}
 	}
+}
+
+// takenOver reads the committed position after a commit with an unknown outcome, BEFORE the
+// transactional id is initialised again. A position that is neither this instance's last commit
+// nor its batch's end was committed by someone else since: another instance with the same
+// transactional id took over while this one was paused or cut off (a zombie whose broker
+// answered the late commit with an error other than PRODUCER_FENCED), or an operator set it.
+// Initialising the id now would fence the instance that took over and swap roles; stop instead.
+func (r *eosRunner) takenOver(b *eosBatch) error {
+	pos, err := r.loadWithRetry()
+	if err != nil {
+		return err
+	}
+	if pos == r.committed || pos == b.end {
+		return nil
+	}
+	return fmt.Errorf("%w: this instance's commit failed with an unknown outcome, and the committed position is now %s, neither its last commit %s "+
+		"nor its batch end %s: another outboxd with transactional id %q (kafka.transactional_id) took over, or `outboxd offsets set` changed it; "+
+		"stopping without initialising the id again (that would fence the instance that took over). Nothing is lost: the committed position is where delivery resumes",
+		ErrFenced, pos, r.committed, b.end, r.o.TransactionalID)
 }
 
 func (r *eosRunner) loadWithRetry() (offsets.Position, error) {

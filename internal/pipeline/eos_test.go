@@ -37,7 +37,7 @@ type fakeCluster struct {
 	tooLarge      func(*sink.Record) bool // refused by the "broker" with every record sent with it
 	dlqDenied     bool                    // every dead letter is refused permanently
 	transientLeft int                     // the next N flushes fail transiently
-	commitFails   []string                // per Commit: "" ok, "before" (error, not committed), "after" (error, committed)
+	commitFails   []string                // per Commit: "" ok, "before" (error, not committed), "after" (error, committed), "taken" (error, not committed; another instance committed position 77)
 	failInit      int                     // the next N initialisations fail
 }
 
@@ -174,7 +174,11 @@ func (p *fakeTxn) Commit() error {
 	if len(c.commitFails) > 0 {
 		mode, c.commitFails = c.commitFails[0], c.commitFails[1:]
 	}
-	if mode != "before" {
+	if mode == "taken" {
+		// Another instance took over meanwhile and committed its own position.
+		c.log = append(c.log, fakePosStore{c}.Record("77"))
+	}
+	if mode != "before" && mode != "taken" {
 		c.log = append(c.log, c.open...)
 		c.txns = append(c.txns, c.open)
 	}
@@ -425,6 +429,26 @@ func TestEOSAmbiguousCommit(t *testing.T) {
 				t.Fatalf("%d initialisations, want 2", c.inits)
 			}
 		})
+	}
+}
+
+// A zombie: its commit fails with an unknown outcome (not PRODUCER_FENCED) after another
+// instance took over and committed. It stops with ErrFenced without initialising the
+// transactional id again, which would fence the instance that took over.
+func TestEOSAmbiguousCommitAfterTakeover(t *testing.T) {
+	c := &fakeCluster{commitFails: []string{"", "taken"}}
+	src := &fakeSource{txs: txs("a", "b", "c")}
+	o := eosOptions(c, src)
+	o.MaxRecords = 1
+	err := runEOS(t, o, "99")
+	if !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), "77") || !strings.Contains(err.Error(), "kafka.transactional_id") {
+		t.Fatalf("err = %v, want ErrFenced naming the position 77 and kafka.transactional_id", err)
+	}
+	if c.inits != 1 {
+		t.Fatalf("%d initialisations, want 1: a zombie must not initialise the transactional id again", c.inits)
+	}
+	if got := ids(c.committed(), ""); strings.Join(got, " ") != "a" {
+		t.Fatalf("committed %v", got)
 	}
 }
 
