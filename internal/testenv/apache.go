@@ -3,10 +3,8 @@ package testenv
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	_ "embed"
 	"encoding/base64"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -54,65 +52,19 @@ func KafkaLibDir() (string, error) {
 		libOnce.dir = d
 		return d, nil
 	}
-	if _, err := exec.LookPath("java"); err != nil {
-		return "", fmt.Errorf("java not found on PATH: install Java 17 (bash .ci/deps installs openjdk-17-jre-headless): %w", err)
-	}
-	cache, err := os.UserCacheDir()
-	if err != nil { // no HOME nor XDG_CACHE_HOME: a per-machine dir all the same
-		cache = filepath.Join(os.TempDir(), "outboxd-cache")
-	}
-	base := filepath.Join(cache, "outboxd")
-	if err := os.MkdirAll(base, 0o755); err != nil {
-		return "", fmt.Errorf("create the Kafka lib cache dir: %w", err)
-	}
-	sum := sha256.Sum256(kafkaPOM)
-	final := filepath.Join(base, "kafka-lib-"+hex.EncodeToString(sum[:])[:16])
-	ready := func() bool {
-		_, err := os.Stat(filepath.Join(final, "lib", "kafka_2.13-"+ApacheKafkaVersion+".jar"))
-		return err == nil
-	}
-	if ready() {
-		libOnce.dir = final
-		return final, nil
-	}
-	lock, err := os.OpenFile(filepath.Join(base, "kafka-lib.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	d, err := kafkaLib.dir()
 	if err != nil {
-		return "", fmt.Errorf("open the Kafka lib lock file: %w", err)
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("lock the Kafka lib cache: %w", err)
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-	if ready() { // another process built it while we waited
-		libOnce.dir = final
-		return final, nil
-	}
-	if _, err := exec.LookPath("mvn"); err != nil {
-		return "", fmt.Errorf("mvn not found on PATH, needed once to fetch Apache Kafka %s from Maven Central: install maven (bash .ci/deps does): %w", ApacheKafkaVersion, err)
-	}
-	tmp, err := os.MkdirTemp(base, "kafka-lib-build-")
-	if err != nil {
-		return "", fmt.Errorf("create a Kafka lib build dir: %w", err)
-	}
-	defer os.RemoveAll(tmp)
-	if err := os.WriteFile(filepath.Join(tmp, "pom.xml"), kafkaPOM, 0o644); err != nil {
 		return "", err
 	}
-	root := filepath.Join(tmp, "root")
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "mvn", "-q", "-B", "-f", filepath.Join(tmp, "pom.xml"), "package", "-Dkroot="+root)
-	cmd.Dir = tmp
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("mvn package of the Kafka lib (internal/testenv/kafka/pom.xml) failed: check that Maven Central is reachable (~/.m2/settings.xml): %w\n%s", err, tail(string(out), 60))
-	}
-	if err := os.Rename(root, final); err != nil {
-		return "", fmt.Errorf("move the built Kafka lib into place: %w", err)
-	}
-	libOnce.dir = final
-	return final, nil
+	libOnce.dir = d
+	return d, nil
 }
+
+var kafkaLib = mavenLib{name: "kafka-lib", pom: kafkaPOM, pomPath: "internal/testenv/kafka/pom.xml", what: "Apache Kafka " + ApacheKafkaVersion,
+	ready: func(dir string) error {
+		_, err := os.Stat(filepath.Join(dir, "lib", "kafka_2.13-"+ApacheKafkaVersion+".jar"))
+		return err
+	}}
 
 // ApacheKafka is one Apache Kafka node (combined broker+controller, KRaft) on loopback ports,
 // with its data and logs in Dir. It can be stopped, killed and started again on the same ports
@@ -387,19 +339,7 @@ func (k *ApacheKafka) end(sig syscall.Signal, grace time.Duration) {
 	if k.cmd == nil {
 		return
 	}
-	pid := k.cmd.Process.Pid
-	_ = syscall.Kill(-pid, syscall.SIGCONT) // a paused JVM cannot handle SIGTERM
-	_ = syscall.Kill(-pid, sig)
-	if grace > 0 {
-		select {
-		case <-k.done:
-		case <-time.After(grace):
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-			<-k.done
-		}
-	} else {
-		<-k.done
-	}
+	endGroup(k.cmd.Process.Pid, k.done, sig, grace)
 	k.logf.Close()
 	k.cmd = nil
 }

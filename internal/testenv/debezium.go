@@ -1,18 +1,12 @@
 package testenv
 
 import (
-	"context"
-	"crypto/sha256"
 	_ "embed"
-	"encoding/hex"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
-	"time"
 )
 
 // Debezium in the test environment: Kafka Connect 4.4 (standalone) with Debezium's PostgreSQL
@@ -77,63 +71,13 @@ func DebeziumLibDir() (string, error) {
 		dbzLibOnce.dir = d
 		return d, nil
 	}
-	if _, err := exec.LookPath("java"); err != nil {
-		return "", fmt.Errorf("java not found on PATH: install Java 17 (bash .ci/deps installs openjdk-17-jre-headless): %w", err)
-	}
-	cache, err := os.UserCacheDir()
+	d, err := mavenLib{name: "debezium-lib", pom: debeziumPOM, pomPath: "internal/testenv/debezium/pom.xml",
+		what: "Kafka Connect " + ApacheKafkaVersion + " and Debezium " + DebeziumVersion, ready: debeziumLibReady}.dir()
 	if err != nil {
-		cache = filepath.Join(os.TempDir(), "outboxd-cache")
-	}
-	base := filepath.Join(cache, "outboxd")
-	if err := os.MkdirAll(base, 0o755); err != nil {
-		return "", fmt.Errorf("create the Debezium lib cache dir: %w", err)
-	}
-	sum := sha256.Sum256(debeziumPOM)
-	final := filepath.Join(base, "debezium-lib-"+hex.EncodeToString(sum[:])[:16])
-	if debeziumLibReady(final) == nil {
-		dbzLibOnce.dir = final
-		return final, nil
-	}
-	lock, err := os.OpenFile(filepath.Join(base, "debezium-lib.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return "", fmt.Errorf("open the Debezium lib lock file: %w", err)
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("lock the Debezium lib cache: %w", err)
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-	if debeziumLibReady(final) == nil { // another process built it while we waited
-		dbzLibOnce.dir = final
-		return final, nil
-	}
-	if _, err := exec.LookPath("mvn"); err != nil {
-		return "", fmt.Errorf("mvn not found on PATH, needed once to fetch Kafka Connect %s and Debezium %s from Maven Central: install maven (bash .ci/deps does): %w", ApacheKafkaVersion, DebeziumVersion, err)
-	}
-	tmp, err := os.MkdirTemp(base, "debezium-lib-build-")
-	if err != nil {
-		return "", fmt.Errorf("create a Debezium lib build dir: %w", err)
-	}
-	defer os.RemoveAll(tmp)
-	if err := os.WriteFile(filepath.Join(tmp, "pom.xml"), debeziumPOM, 0o644); err != nil {
 		return "", err
 	}
-	root := filepath.Join(tmp, "root")
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "mvn", "-q", "-B", "-f", filepath.Join(tmp, "pom.xml"), "package", "-Dkroot="+root)
-	cmd.Dir = tmp
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("mvn package of the Debezium lib (internal/testenv/debezium/pom.xml) failed: check that Maven Central is reachable (~/.m2/settings.xml): %w\n%s", err, tail(string(out), 60))
-	}
-	if err := debeziumLibReady(root); err != nil {
-		return "", fmt.Errorf("the Debezium lib build left an incomplete dir (internal/testenv/debezium/pom.xml changed?): %w", err)
-	}
-	if err := os.Rename(root, final); err != nil {
-		return "", fmt.Errorf("move the built Debezium lib into place: %w", err)
-	}
-	dbzLibOnce.dir = final
-	return final, nil
+	dbzLibOnce.dir = d
+	return d, nil
 }
 
 // DBConn is where a connector finds its database.

@@ -241,19 +241,7 @@ func (c *Connect) end(sig syscall.Signal, grace time.Duration) {
 	if c.cmd == nil {
 		return
 	}
-	pid := c.cmd.Process.Pid
-	_ = syscall.Kill(-pid, syscall.SIGCONT)
-	_ = syscall.Kill(-pid, sig)
-	if grace > 0 {
-		select {
-		case <-c.done:
-		case <-time.After(grace):
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-			<-c.done
-		}
-	} else {
-		<-c.done
-	}
+	endGroup(c.cmd.Process.Pid, c.done, sig, grace)
 	c.logf.Close()
 	c.cmd = nil
 }
