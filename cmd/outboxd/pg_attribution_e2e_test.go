@@ -190,9 +190,14 @@ func renamedOutbox(t *testing.T, oneTx bool) {
 	if !strings.Contains(out, "renamed") {
 		t.Errorf("output does not say the table was renamed:\n%s", out)
 	}
-	if oneTx && (!strings.Contains(out, "public.outbox_old") || !strings.Contains(out, "source.tables")) {
+	decoderStop := strings.Contains(out, "public.outbox_old") && strings.Contains(out, "source.tables")
+	// The coverage gate checks the publication before it hands out a live transaction, so its
+	// stop (the configured name is now another table, with the fix) may come first: a race
+	// between two loud stops, both before any row of the migration is delivered.
+	coverageStop := strings.Contains(out, "is now another table") && strings.Contains(out, "To recover")
+	if oneTx && !decoderStop && !coverageStop {
 		// The Relation message of the renamed table arrives with the rows: the decoder's stop.
-		t.Errorf("output does not name public.outbox_old and the fix:\n%s", out)
+		t.Errorf("output does not name public.outbox_old and the fix, nor the coverage change and its recovery:\n%s", out)
 	}
 	if strings.Contains(out, "reconnecting") {
 		t.Errorf("the stop was retried in-process (a new session takes the new catalog for granted):\n%s", out)
