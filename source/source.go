@@ -1,5 +1,6 @@
-// Package source defines what a change source hands to the pipeline: whole committed
-// transactions, in commit order, each with the position that marks its end.
+// Package source defines what a change source hands to the pipeline: committed transactions, in
+// commit order, each as one or more bounded chunks, the last of which carries the position that
+// marks the transaction's end.
 package source
 
 import (
@@ -42,17 +43,57 @@ func (r *Row) Get(name string) (Value, bool) {
 	return Value{}, false
 }
 
-// Tx is one committed source transaction, restricted to inserts into the configured tables.
+// Tx is one chunk of a committed source transaction, restricted to inserts into the configured
+// tables. A transaction is handed over as one or more consecutive chunks (never interleaved with
+// another transaction's): every chunk but the last has More set; the last has More false and the
+// Position. A transaction that fits one chunk is a single Tx with More false, so the zero value of
+// the chunk fields means "a whole transaction".
+//
+// Sources cut chunks at their configured caps (rows and bytes; a single row larger than the byte
+// cap is a chunk alone), so memory held per chunk is bounded whatever the transaction's size.
 type Tx struct {
 	// Position is the end of this transaction: storing it means "this transaction and all before
-	// it are delivered". Positions handed out by one Source only ever move forward.
+	// it are delivered". Positions handed out by one Source only ever move forward. It is set on
+	// the last chunk only (More == false); a chunk with More set has an empty Position.
 	Position offsets.Position
-	// CommitTime is the source's commit timestamp (zero for idle-progress transactions).
+	// CommitTime is the source's commit timestamp (zero for idle-progress transactions). It is set
+	// on every chunk of a transaction.
 	CommitTime time.Time
-	// Rows are the captured outbox inserts, in the order they were written. A Tx with no rows is
-	// idle progress (a keepalive showed the log moved on, or a transaction touched no outbox row)
-	// and exists only so the position can advance.
+	// Rows are the captured outbox inserts, in the order they were written. A Tx with no rows and
+	// More false is either idle progress (a keepalive showed the log moved on, or a transaction
+	// touched no outbox row) or the closing chunk of a chunked transaction whose rows all came in
+	// earlier chunks. A chunk with More set always has rows.
 	Rows []Row
+	// More is true when more chunks of this source transaction follow. Only the source sets it,
+	// because only it sees the commit.
+	More bool
+	// Bytes is the chunk's size as the source accounts it: the sum of len(Value.Bytes) over all
+	// rows plus RowOverhead per row. Zero means "not computed"; consumers then use ChunkBytes.
+	Bytes int
+}
+
+// RowOverhead is the per-row bookkeeping charge added to the column bytes when sizing a chunk.
+const RowOverhead = 64
+
+// ChunkBytes returns tx.Bytes, or computes it from the rows when the source left it zero.
+func ChunkBytes(tx *Tx) int {
+	if tx.Bytes > 0 || len(tx.Rows) == 0 {
+		return tx.Bytes
+	}
+	n := 0
+	for i := range tx.Rows {
+		n += RowBytes(&tx.Rows[i])
+	}
+	return n
+}
+
+// RowBytes is one row's charge: its column bytes plus RowOverhead.
+func RowBytes(r *Row) int {
+	n := RowOverhead
+	for _, v := range r.Values {
+		n += len(v.Bytes)
+	}
+	return n
 }
 
 // Source reads committed transactions from a database log.
@@ -63,7 +104,8 @@ type Tx struct {
 //     starts from wherever the source begins (a newly created slot, the current binlog end).
 //   - Next blocks until the next transaction is available or ctx is done (then it returns
 //     ctx.Err()). It never returns a transaction whose end is at or before `from`. Transactions
-//     come whole and in commit order. Next is called from one goroutine only.
+//     come in commit order, each as consecutive chunks (see Tx); the first chunk after Open
+//     begins a transaction. Next is called from one goroutine only.
 //   - Confirm tells the database that everything up to p is durably delivered (PostgreSQL:
 //     the slot's confirmed_flush_lsn). It may be called concurrently with Next, from one other
 //     goroutine, with non-decreasing positions. It must not block for long.
