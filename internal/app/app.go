@@ -193,7 +193,7 @@ func runExactlyOnce(ctx context.Context, c *config.Config, log *slog.Logger, sto
 	txnID := TransactionalID(c)
 	log.Info("starting outboxd", "source", c.Source.Type, "dsn", RedactDSN(c.Source.Type, c.Source.DSN), "tables", c.Source.Tables,
 		"brokers", c.Kafka.Brokers, "delivery", c.Kafka.Delivery, "offsets", c.Offsets.Store, "offsets_topic", c.Offsets.Topic,
-		"pipeline_id", PipelineID(c), "transactional_id", txnID)
+		"pipeline_id", PipelineID(c), "transactional_id", txnID, "transaction_timeout", c.Kafka.TransactionTimeout)
 	newSource := activeSource(ctx, NewSource(c, log))
 	var current atomic.Pointer[source.Source]
 	go reportLag(ctx, &current, m)
@@ -204,7 +204,7 @@ func runExactlyOnce(ctx context.Context, c *config.Config, log *slog.Logger, sto
 			return s
 		},
 		NewProducer: func() (pipeline.TxnProducer, error) {
-			p, err := kafka.NewTxn(KafkaConfig(c), kafka.TxnOptions{ID: txnID}, log)
+			p, err := kafka.NewTxn(KafkaConfig(c), kafka.TxnOptions{ID: txnID, Timeout: c.Kafka.TransactionTimeout}, log)
 			if err != nil {
 				return nil, err // not a typed nil
 			}
@@ -212,7 +212,7 @@ func runExactlyOnce(ctx context.Context, c *config.Config, log *slog.Logger, sto
 		},
 		Route: router.Route, Classify: kafka.Classify, Fatal: kafka.TxnFatal, Fenced: kafka.IsFenced, Store: store,
 		TransactionalID: txnID, DLQTopic: c.Kafka.DLQTopic, DLQBreaker: breaker, MaxRecordBytes: c.Kafka.MaxRecordBytes,
-		ShutdownTimeout: c.ShutdownTimeout, Log: log, Metrics: m, Crash: crash,
+		ShutdownTimeout: c.ShutdownTimeout, TxnTimeout: c.Kafka.TransactionTimeout, Log: log, Metrics: m, Crash: crash,
 		OnOpen: func() { m.SetUp(true) },
 	})
 	m.SetUp(false)

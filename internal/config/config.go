@@ -103,6 +103,11 @@ type Kafka struct {
 	// TransactionalID is the exactly_once producer's transactional.id; "" = "outboxd-" + the
 	// pipeline id.
 	TransactionalID string `yaml:"transactional_id"`
+	// TransactionTimeout is the exactly_once producer's transaction.timeout.ms: a Kafka
+	// transaction open longer is aborted by the broker. A source transaction goes into one
+	// Kafka transaction, so the largest one must be delivered within it (must be <= the
+	// brokers' transaction.max.timeout.ms, default 15m).
+	TransactionTimeout time.Duration `yaml:"transaction_timeout"`
 }
 
 type TLS struct {

@@ -73,12 +73,16 @@ func TestDefaults(t *testing.T) {
 		c.Outbox.Topic != "outbox.event.${routedByValue}" || c.Outbox.Columns.AggregateID != "aggregateid" ||
 		c.Kafka.Delivery != "at_least_once" || c.Kafka.Compression != "lz4" || c.Kafka.DLQTopic != "outboxd.dlq" ||
 		c.Offsets.Store != "file" || c.Offsets.Path != "/var/lib/outboxd/offsets.json" || c.Offsets.Topic != "outboxd.offsets" ||
-		c.Kafka.ClientID != "outboxd" || c.Source.MySQL.ServerID != 4242 {
+		c.Kafka.ClientID != "outboxd" || c.Source.MySQL.ServerID != 4242 || c.Kafka.TransactionTimeout != 60*time.Second {
 		t.Errorf("defaults wrong: %+v", c)
 	}
 	c, err = Parse([]byte("source: {type: postgres, dsn: 'postgres://x@h/db', tables: [public.outbox]}\nkafka: {brokers: ['k:9092'], delivery: exactly_once}\n"), env(nil))
 	if err != nil || c.Offsets.Store != "kafka" {
 		t.Errorf("exactly_once must default offsets.store to kafka: %v %+v", err, c)
+	}
+	c, err = Parse([]byte("source: {type: postgres, dsn: 'postgres://x@h/db', tables: [public.outbox]}\nkafka: {brokers: ['k:9092'], transaction_timeout: 10m}\n"), env(nil))
+	if err != nil || c.Kafka.TransactionTimeout != 10*time.Minute {
+		t.Errorf("kafka.transaction_timeout 10m: %v %v", err, c.Kafka.TransactionTimeout)
 	}
 }
 
@@ -110,6 +114,9 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092'], delivery: maybe}", "kafka.delivery"},
 		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092'], delivery: exactly_once}\noffsets: {store: file}", "offsets.store"},
 		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092'], dlq_topic: 'bad topic'}", "kafka.dlq_topic"},
+		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092'], transaction_timeout: 500ms}", "kafka.transaction_timeout"},
+		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092'], transaction_timeout: -1m}", "kafka.transaction_timeout"},
+		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092'], transaction_timeout: 1000h}", "kafka.transaction_timeout"},
 		{"source: {type: postgres, dsn: 'postgres://u:${MISSING}@h/db', tables: [a.b]}\nkafka: {brokers: ['k:9092']}", "source.dsn"},
 		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092']}\nshutdown_timeout: forever", "shutdown_timeout"},
 		{"source: {type: postgres, dsn: x, tables: [a.b], postgres: {slot: Bad-Slot}}\nkafka: {brokers: ['k:9092']}", "source.postgres.slot"},

@@ -49,6 +49,9 @@ func (c *Config) applyDefaults() {
 	if c.Kafka.Linger == 0 {
 		c.Kafka.Linger = 5 * time.Millisecond
 	}
+	if c.Kafka.TransactionTimeout == 0 {
+		c.Kafka.TransactionTimeout = 60 * time.Second // as sink/kafka.DefaultTxnTimeout
+	}
 	if c.Offsets.Store == "" {
 		c.Offsets.Store = "file"
 		if c.Kafka.Delivery == "exactly_once" {
@@ -155,6 +158,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Kafka.Linger < 0 {
 		return &Error{Key: "kafka.linger", Msg: "must not be negative"}
+	}
+	if c.Kafka.TransactionTimeout < time.Second || c.Kafka.TransactionTimeout > 24*time.Hour {
+		return &Error{Key: "kafka.transaction_timeout", Msg: fmt.Sprintf("%v: must be between 1s and 24h (and at most the brokers' transaction.max.timeout.ms, default 15m)", c.Kafka.TransactionTimeout)}
 	}
 	if s := c.Kafka.SASL; s != nil {
 		if err := oneOf("kafka.sasl.mechanism", s.Mechanism, "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"); err != nil {

@@ -99,9 +99,13 @@ type EOSOptions struct {
 	Metrics         Metrics
 	OnCommit        func(offsets.Position) // after each commit
 	OnOpen          func()                 // each time the source has been opened
-	// Crash, when set, is called at the test crash points "before_commit" (every record and the
-	// position acked in the open transaction) and "after_commit" (committed, source not yet
-	// confirmed) of each batch with records. See CrashHook.
+	// TxnTimeout is the producer's transaction timeout (kafka.transaction_timeout): the broker
+	// aborts a Kafka transaction open longer (default 60s, as sink/kafka.DefaultTxnTimeout).
+	TxnTimeout time.Duration
+	// Crash, when set, is called at the test crash points "mid_batch" (some records of the
+	// batch acked in the open transaction, more still to come), "before_commit" (every record
+	// and the position acked in the open transaction) and "after_commit" (committed, source
+	// not yet confirmed) of each batch with records. See CrashHook.
 	Crash func(point string)
 }
 
@@ -133,6 +137,9 @@ func (o *EOSOptions) defaults() {
 	if o.RetryMin <= 0 {
 		o.RetryMin = 100 * time.Millisecond
 	}
+	if o.TxnTimeout <= 0 {
+		o.TxnTimeout = 60 * time.Second
+	}
 	if o.RetryMax < o.RetryMin {
 		o.RetryMax = max(10*time.Second, o.RetryMin)
 	}
@@ -157,11 +164,12 @@ var ErrFenced = errors.New("producer fenced")
 // CrashEnv is the environment variable of the test-only crash hook (see CrashHook).
 const CrashEnv = "OUTBOXD_TEST_CRASH_AT"
 
-// CrashHook returns the EOSOptions.Crash of a spec "point" or "point:N" (point before_commit or
-// after_commit; N, default 1, counts batches with records), or nil for "". At the N-th pass
+// CrashHook returns the EOSOptions.Crash of a spec "point" or "point:N" (point mid_batch,
+// before_commit or after_commit; N, default 1, counts batches with records), or nil for "". At the N-th pass
 // of point it calls exit (os.Exit(137) in outboxd: the status of a SIGKILL). TEST ONLY: it
-// exists so that end-to-end tests can stop the process between produce and Kafka commit, and
-// between Kafka commit and source confirm, which a signal cannot hit reliably.
+// exists so that end-to-end tests can stop the process inside an open Kafka transaction, between
+// produce and Kafka commit, and between Kafka commit and source confirm, which a signal cannot
+// hit reliably.
 func CrashHook(spec string, log *slog.Logger, exit func()) (func(string), error) {
 	if spec == "" {
 		return nil, nil
@@ -174,8 +182,8 @@ func CrashHook(spec string, log *slog.Logger, exit func()) (func(string), error)
 			return nil, fmt.Errorf("%s=%q: N must be a positive number", CrashEnv, spec)
 		}
 	}
-	if point != "before_commit" && point != "after_commit" {
-		return nil, fmt.Errorf("%s=%q: the point must be before_commit or after_commit", CrashEnv, spec)
+	if point != "mid_batch" && point != "before_commit" && point != "after_commit" {
+		return nil, fmt.Errorf("%s=%q: the point must be mid_batch, before_commit or after_commit", CrashEnv, spec)
 	}
 	log.Warn("TEST CRASH HOOK ARMED: this process will exit abruptly", "env", CrashEnv, "point", point, "batch", n)
 	var seen atomic.Int64

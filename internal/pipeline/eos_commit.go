@@ -175,7 +175,13 @@ func (r *eosRunner) attempt(b *eosBatch, breaker *Breaker) (attemptResult, error
 		return !failed.Load(), nil
 	}
 	ok := true
-	for _, it := range b.items {
+	for i, it := range b.items {
+		if r.o.Crash != nil && i > 0 && i == len(b.items)/2 {
+			// Test crash point: the first half is acked in the open transaction.
+			if p.Flush(r.work) == nil && !failed.Load() {
+				r.o.Crash("mid_batch")
+			}
+		}
 		s := &sent{it: it, alone: it.suspect}
 		if it.dead {
 			s.dlq, s.alone, s.rec = true, it.dlqSuspect, r.deadLetterRecord(it)

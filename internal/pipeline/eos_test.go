@@ -577,7 +577,10 @@ func TestCrashHook(t *testing.T) {
 	if f, err := CrashHook("", log, nil); f != nil || err != nil {
 		t.Fatal("empty spec armed the hook")
 	}
-	for _, bad := range []string{"nope", "after_commit:0", "before_commit:x"} {
+	if f, err := CrashHook("mid_batch:3", log, nil); f == nil || err != nil {
+		t.Fatalf("mid_batch refused: %v", err)
+	}
+	for _, bad := range []string{"nope", "after_commit:0", "before_commit:x", "mid_batch:-1"} {
 		if _, err := CrashHook(bad, log, nil); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
@@ -592,6 +595,37 @@ func TestCrashHook(t *testing.T) {
 	}
 	if exits != 1 {
 		t.Fatalf("%d exits", exits)
+	}
+}
+
+// The mid_batch crash point passes inside an open Kafka transaction: some of the batch's records
+// are acked there, none is committed, and the position is not stored.
+func TestEOSCrashMidBatch(t *testing.T) {
+	c := &fakeCluster{}
+	src := &fakeSource{txs: txs("a b c", "d e f")}
+	o := eosOptions(c, src)
+	o.MaxRecords = 100
+	passes := 0
+	o.Crash = func(p string) {
+		if p != "mid_batch" {
+			return
+		}
+		passes++
+		c.mu.Lock()
+		open, committed := len(c.open), len(c.log)
+		c.mu.Unlock()
+		if open == 0 || committed != 0 {
+			t.Errorf("mid_batch: %d records acked in the open transaction, %d committed; want some and none", open, committed)
+		}
+	}
+	if err := runEOS(t, o, "02"); err != nil {
+		t.Fatal(err)
+	}
+	if passes == 0 {
+		t.Fatal("mid_batch never passed")
+	}
+	if got := ids(c.committed(), ""); strings.Join(got, " ") != "a b c d e f" {
+		t.Fatalf("committed %v", got)
 	}
 }
 

@@ -313,13 +313,16 @@ func IsFenced(err error) bool {
 }
 
 // TxnFatal reports errors after which no new producer with the same configuration can help:
-// another instance owns the transactional id, the ACLs forbid it, or the cluster has no
-// transactions. why says what to do.
+// another instance owns the transactional id, the ACLs forbid it, the transaction timeout is
+// above the brokers' maximum, or the cluster has no transactions. why says what to do.
 func TxnFatal(err error) (fatal bool, why string) {
 	switch {
 	case IsFenced(err):
 		return true, "producer fenced: another producer initialised the same transactional id, " +
 			"or the broker aborted this producer's transaction after transaction.timeout.ms"
+	case errors.Is(err, sarama.ErrInvalidTransactionTimeout):
+		return true, "the brokers refuse the transaction timeout (kafka.transaction_timeout) as above their transaction.max.timeout.ms " +
+			"(default 15m): lower kafka.transaction_timeout, or raise transaction.max.timeout.ms on every broker"
 	case errors.Is(err, sarama.ErrTransactionalIDAuthorizationFailed):
 		return true, "not authorized to use the transactional id: grant WRITE and DESCRIBE on it (kafka.transactional_id)"
 	case errors.Is(err, sarama.ErrUnsupportedVersion), errors.Is(err, sarama.ErrUnsupportedForMessageFormat):

@@ -290,3 +290,23 @@ func TestTxnSaramaConfig(t *testing.T) {
 		t.Logf("NewTxn against no broker failed after %v: %v", time.Since(start), err)
 	}
 }
+
+// A transaction timeout above the brokers' transaction.max.timeout.ms is refused at
+// InitProducerID; TxnFatal reports it as fatal, naming the key and the broker setting. A
+// timeout within the maximum is accepted.
+func TestTxnTimeoutAboveBrokerMax(t *testing.T) {
+	b := newBroker(t, kfake.BrokerConfigs(map[string]string{"transaction.max.timeout.ms": "5000"}))
+	_, err := NewTxn(testConfig(b.Addr()), TxnOptions{ID: "txn-timeout", Timeout: 10 * time.Second}, nil)
+	if !errors.Is(err, sarama.ErrInvalidTransactionTimeout) {
+		t.Fatalf("NewTxn with a timeout above the maximum: %v", err)
+	}
+	fatal, why := TxnFatal(err)
+	if !fatal || !strings.Contains(why, "kafka.transaction_timeout") || !strings.Contains(why, "transaction.max.timeout.ms") {
+		t.Fatalf("TxnFatal = %v %q", fatal, why)
+	}
+	p, err := NewTxn(testConfig(b.Addr()), TxnOptions{ID: "txn-timeout", Timeout: 4 * time.Second}, nil)
+	if err != nil {
+		t.Fatalf("NewTxn within the maximum: %v", err)
+	}
+	p.Close()
+}
