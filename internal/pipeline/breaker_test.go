@@ -38,11 +38,11 @@ func TestBreaker(t *testing.T) {
 func TestRowBudget(t *testing.T) {
 	b := newRowBudget(2000)
 	ctx := context.Background()
-	if err := b.acquire(ctx, 1500); err != nil {
+	if err := b.acquire(ctx, 1500, 0); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
-	go func() { got <- b.acquire(ctx, 1000) }()
+	go func() { got <- b.acquire(ctx, 1000, 0) }()
 	select {
 	case err := <-got:
 		t.Fatalf("acquired past the budget: %v", err)
@@ -54,12 +54,12 @@ func TestRowBudget(t *testing.T) {
 	}
 	// Larger than the whole budget: admitted when nothing else is buffered.
 	b.release(1000)
-	if err := b.acquire(ctx, 5000); err != nil {
+	if err := b.acquire(ctx, 5000, 0); err != nil {
 		t.Fatal(err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := b.acquire(cctx, 1); err == nil {
+	if err := b.acquire(cctx, 1, 0); err == nil {
 		t.Fatal("acquire past the budget with a cancelled context succeeded")
 	}
 }

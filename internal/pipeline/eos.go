@@ -92,6 +92,7 @@ type EOSOptions struct {
 	IdleInterval    time.Duration // how often a batch with only idle progress is committed (default 1s)
 	TxBuffer        int           // transactions read ahead (default 1024)
 	ReadAheadRows   int           // rows read ahead of the batch, across those transactions (default 2048)
+	ReadAheadBytes  int           // bytes (source.ChunkBytes) read ahead, across those transactions (default 4 MiB; see newReadBudget)
 	ShutdownTimeout time.Duration // how long a stop may take to commit the current batch (default 30s)
 	RetryMin        time.Duration // backoff between attempts of a failing batch (default 100ms)
 	RetryMax        time.Duration // (default 10s)

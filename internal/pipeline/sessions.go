@@ -16,11 +16,12 @@ import (
 	"github.com/outboxd/outboxd/source"
 )
 
-// readTransactions runs src.Next on its own goroutine, sending each transaction on txCh (capacity
+// readTransactions runs src.Next on its own goroutine, sending each chunk on txCh (capacity
 // buffer) until Next fails or ctx ends; that error (or ctx.Err()) is then sent on errCh. With a
-// budget, each transaction's rows are acquired before it is sent (the receiver releases them).
+// budget, each chunk's rows and bytes are acquired before it is sent, and tx.Bytes is set to
+// what was acquired (source.ChunkBytes), so the receiver frees exactly (len(tx.Rows), tx.Bytes).
 // wait returns once the goroutine has exited.
-func readTransactions(ctx context.Context, src source.Source, buffer int, budget *rowBudget) (<-chan source.Tx, <-chan error, func()) {
+func readTransactions(ctx context.Context, src source.Source, buffer int, budget *readBudget) (<-chan source.Tx, <-chan error, func()) {
 	txCh := make(chan source.Tx, buffer)
 	errCh := make(chan error, 1)
 	var readers sync.WaitGroup
@@ -30,7 +31,8 @@ func readTransactions(ctx context.Context, src source.Source, buffer int, budget
 		for {
 			tx, err := src.Next(ctx)
 			if err == nil && budget != nil {
-				err = budget.acquire(ctx, len(tx.Rows))
+				tx.Bytes = source.ChunkBytes(&tx)
+				err = budget.acquire(ctx, len(tx.Rows), tx.Bytes)
 			}
 			if err != nil {
 				errCh <- err
@@ -47,22 +49,44 @@ func readTransactions(ctx context.Context, src source.Source, buffer int, budget
 	return txCh, errCh, readers.Wait
 }
 
-// rowBudget bounds the rows buffered between the reader and the loop (the transaction channel
-// alone would bound transactions, not their size). One goroutine acquires, another releases.
-type rowBudget struct {
-	mu        sync.Mutex
-	used, max int
-	freed     chan struct{}
+// DefaultReadAheadBytes is the read-ahead byte budget when ReadAheadBytes is not set.
+const DefaultReadAheadBytes = 4 << 20
+
+// readBudget bounds the rows and bytes buffered between the reader and the loop (the chunk
+// channel alone would bound chunks, not their size), so that when the loop stops taking chunks
+// the reader stops reading and the backpressure reaches the database. One goroutine acquires,
+// another frees.
+type readBudget struct {
+	mu              sync.Mutex
+	rows, maxRows   int
+	bytes, maxBytes int // maxBytes 0: bytes are not counted
+	freed           chan struct{}
 }
 
-func newRowBudget(max int) *rowBudget { return &rowBudget{max: max, freed: make(chan struct{}, 1)} }
+// newReadBudget caps rows and bytes (bytes <= 0: DefaultReadAheadBytes).
+func newReadBudget(rows, bytes int) *readBudget {
+	if bytes <= 0 {
+		bytes = DefaultReadAheadBytes
+	}
+	return &readBudget{maxRows: rows, maxBytes: bytes, freed: make(chan struct{}, 1)}
+}
 
-// acquire blocks until n rows fit (a transaction larger than max fits when nothing is buffered).
-func (b *rowBudget) acquire(ctx context.Context, n int) error {
+// newRowBudget caps rows only (the budget before chunked transactions; release frees rows).
+func newRowBudget(rows int) *readBudget {
+	return &readBudget{maxRows: rows, freed: make(chan struct{}, 1)}
+}
+
+// acquire blocks until a chunk of n rows and size bytes fits. A chunk larger than either cap
+// fits when nothing is buffered (per chunk: a huge transaction comes as many bounded chunks).
+func (b *readBudget) acquire(ctx context.Context, n, size int) error {
+	if b.maxBytes == 0 {
+		size = 0
+	}
 	for {
 		b.mu.Lock()
-		if b.used == 0 || b.used+n <= b.max {
-			b.used += n
+		if b.rows == 0 && b.bytes == 0 || b.rows+n <= b.maxRows && b.bytes+size <= b.maxBytes {
+			b.rows += n
+			b.bytes += size
 			b.mu.Unlock()
 			return nil
 		}
@@ -75,15 +99,23 @@ func (b *rowBudget) acquire(ctx context.Context, n int) error {
 	}
 }
 
-func (b *rowBudget) release(n int) {
+// free returns a chunk's rows and bytes (as the reader set them in tx.Bytes).
+func (b *readBudget) free(n, size int) {
+	if b.maxBytes == 0 {
+		size = 0
+	}
 	b.mu.Lock()
-	b.used -= n
+	b.rows -= n
+	b.bytes -= size
 	b.mu.Unlock()
 	select {
 	case b.freed <- struct{}{}:
 	default:
 	}
 }
+
+// release frees n rows of a rows-only budget (newRowBudget).
+func (b *readBudget) release(n int) { b.free(n, 0) }
 
 // runSessions is the source session loop both runners share: open a new source at pos(), run
 // stream on it, and after a source error (stream drained and stored what it had) reopen with
