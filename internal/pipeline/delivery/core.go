@@ -200,6 +200,9 @@ type Ready struct {
 	// Err is fatal: the loop returns it at once (nothing else of this Ready is executed). It
 	// stays set: every later Ready returns it again.
 	Err error
+	// CrashPoint (EOS, tests): the test crash point this Ready passes ("mid_batch",
+	// "before_commit", "after_commit"; "" none). The loop calls its crash hook with it first.
+	CrashPoint string
 }
 
 // ErrReopen is the source error a loop reports when Ready.Reopen ended the session.
@@ -232,6 +235,7 @@ type Event struct {
 	RowID    string     // the row's id column, if any
 	Level    slog.Level // EventLog
 	Args     []any      // EventLog
+	Count    int        // EventProduced: this many records of Topic and Time (0 means 1)
 }
 
 // Core is the delivery state machine. It is not safe for concurrent use: one loop goroutine
