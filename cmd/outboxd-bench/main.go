@@ -7,6 +7,7 @@
 //	go run ./cmd/outboxd-bench -short          # CI: tiny sizes, about a minute
 //	go run ./cmd/outboxd-bench -only drain-pg-1 -cpuprofile /tmp/ob
 //	go run ./cmd/outboxd-bench -only drain-mariadb  # outboxd vs a bare go-mysql BinlogSyncer
+//	go run ./cmd/outboxd-bench -only memory-large-tx -json big.json  # peak RSS with one 1M-row / 1 GB transaction
 //	go run ./cmd/outboxd-bench -only vs-debezium-pg,vs-debezium-mariadb -json dbz.json  # beside Debezium on Apache Kafka
 package main
 
@@ -44,6 +45,13 @@ func main() {
 	flag.StringVar(&o.CPUProfile, "cpuprofile", "", "write CPU profiles of the in-process outboxd drains to PREFIX.<scenario>.<round>.pprof")
 	flag.StringVar(&o.HeapProfile, "memprofile", "", "write heap profiles taken 1 s into the in-process outboxd drains to PREFIX.<scenario>.<round>.pprof")
 	flag.StringVar(&o.BlockProfile, "blockprofile", "", "write block (wait) profiles of the in-process outboxd drains to PREFIX.<scenario>.<round>.pprof")
+	var largeCases string
+	flag.IntVar(&o.LargeTxRows, "large-tx-rows", 0, "memory-large-tx: rows of the one ~300 B-payload transaction (default 1000000)")
+	flag.IntVar(&o.LargeTxBig, "large-tx-big", 0, "memory-large-tx: rows of the one big-payload transaction (default 1000)")
+	flag.IntVar(&o.LargeTxPayload, "large-tx-payload", 0, "memory-large-tx: payload bytes of the big rows (default 999000, under Kafka's 1 MiB default record limit)")
+	flag.StringVar(&largeCases, "large-tx-cases", "", "memory-large-tx: comma-separated case globs, e.g. 'pg-rows-alo,mariadb-*-eos' (ids: {pg,mariadb}-{rows,big}-{alo,eos}; default all)")
+	flag.IntVar(&o.LargeTxRSSCapMiB, "large-tx-rss-cap", 0, "memory-large-tx: kill outboxd once its VmRSS passes this many MiB (default 4096)")
+	flag.DurationVar(&o.LargeTxTimeout, "large-tx-timeout", 0, "memory-large-tx: give up on a case after this long (default 10m)")
 	var kafkaExtra multiFlag
 	flag.Var(&kafkaExtra, "kafka", "extra `key: value` line for the outboxd config's kafka section, e.g. -kafka 'max_inflight: 50000' (repeatable)")
 	flag.StringVar(&o.OffsetsDir, "offsets-dir", "", "directory for outboxd's offsets files (default the temp dir; /dev/shm takes fsync cost out)")
@@ -56,6 +64,9 @@ func main() {
 	o.KafkaExtra = kafkaExtra
 	if only != "" {
 		o.Only = strings.Split(only, ",")
+	}
+	if largeCases != "" {
+		o.LargeTxCases = strings.Split(largeCases, ",")
 	}
 	if brokers != "" {
 		o.Brokers = strings.Split(brokers, ",")

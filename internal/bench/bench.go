@@ -17,6 +17,10 @@
 //	               before the backlog with its own server_id, Rounds rounds with the order
 //	               rotating; single-row transactions (reported as drain-mariadb-1), then
 //	               1000-row transactions (drain-mariadb-1000)
+//	memory-large-tx  peak RSS of an outboxd process while ONE huge transaction flows through:
+//	               LargeTxRows rows (~300 B payloads), and LargeTxBig rows of ~1 MB payloads, on
+//	               PostgreSQL and MariaDB, at_least_once and exactly_once (8 figures, MiB); not
+//	               part of -short (memory_large.go)
 //	vs-debezium-pg       outboxd beside Debezium (Kafka Connect, Outbox Event Router) on PostgreSQL
 //	vs-debezium-mariadb  the same on MariaDB (Debezium's MariaDB connector); both on Apache Kafka,
 //	                     not part of -short (debezium.go)
@@ -44,32 +48,38 @@ import (
 
 // Options configure a bench run. Zero values get the defaults of Defaults.
 type Options struct {
-	N               int           // backlog size (rows) of the drain and baseline scenarios
-	Short           bool          // CI mode: tiny sizes, one round, 5 s latency run
-	Rounds          int           // drain rounds: each tool drains once per round, the order rotating
-	Only            []string      // scenario names to run (empty: all)
-	PGDSN           string        // use this PostgreSQL (database URL, superuser or REPLICATION+CREATE) instead of a private one
-	MySQLDSN        string        // use this MariaDB (mysql://user:pass@host:port/db; REPLICATION SLAVE, BINLOG MONITOR, CREATE) instead of a private one
-	Brokers         []string      // use these Kafka brokers instead of the embedded one
-	LatencyRate     int           // inserts/s of the latency scenario
-	LatencyDuration time.Duration // length of the latency scenario
-	MemoryRows      int           // backlog of the memory scenario (default min(10*N, 1M))
-	BigPayloads     int           // number of 10 MB payloads in the memory scenario
-	PollBatch       int           // LIMIT of the baseline poller
-	OutboxdBin      string        // prebuilt outboxd binary for the memory scenario ("" = go build ./cmd/outboxd)
-	CPUProfile      string        // write CPU profiles of the in-process outboxd drains to <CPUProfile>.<scenario>.<round>.pprof
-	HeapProfile     string        // write heap profiles taken 1 s into the in-process drains to <HeapProfile>.<scenario>.<round>.pprof
-	BlockProfile    string        // write block (wait) profiles of the same drains to <BlockProfile>.<scenario>.<round>.pprof
-	KafkaExtra      []string      // extra "key: value" lines for the outboxd config's kafka section (experiments)
-	OffsetsDir      string        // where outboxd's offsets files go ("" = os.TempDir(); e.g. /dev/shm to take fsync out)
-	Out             io.Writer     // the report (Markdown); progress goes to Log
-	Log             *slog.Logger  // bench progress
-	OutboxdLog      *slog.Logger  // outboxd's own logs (in-process runs)
+	N                int           // backlog size (rows) of the drain and baseline scenarios
+	Short            bool          // CI mode: tiny sizes, one round, 5 s latency run
+	Rounds           int           // drain rounds: each tool drains once per round, the order rotating
+	Only             []string      // scenario names to run (empty: all)
+	PGDSN            string        // use this PostgreSQL (database URL, superuser or REPLICATION+CREATE) instead of a private one
+	MySQLDSN         string        // use this MariaDB (mysql://user:pass@host:port/db; REPLICATION SLAVE, BINLOG MONITOR, CREATE) instead of a private one
+	Brokers          []string      // use these Kafka brokers instead of the embedded one
+	LatencyRate      int           // inserts/s of the latency scenario
+	LatencyDuration  time.Duration // length of the latency scenario
+	MemoryRows       int           // backlog of the memory scenario (default min(10*N, 1M))
+	BigPayloads      int           // number of 10 MB payloads in the memory scenario
+	PollBatch        int           // LIMIT of the baseline poller
+	OutboxdBin       string        // prebuilt outboxd binary for the memory scenario ("" = go build ./cmd/outboxd)
+	CPUProfile       string        // write CPU profiles of the in-process outboxd drains to <CPUProfile>.<scenario>.<round>.pprof
+	HeapProfile      string        // write heap profiles taken 1 s into the in-process drains to <HeapProfile>.<scenario>.<round>.pprof
+	BlockProfile     string        // write block (wait) profiles of the same drains to <BlockProfile>.<scenario>.<round>.pprof
+	LargeTxRows      int           // memory-large-tx: rows of the one ~300 B-payload transaction (default 1000000)
+	LargeTxBig       int           // memory-large-tx: rows of the one big-payload transaction (default 1000)
+	LargeTxPayload   int           // memory-large-tx: payload bytes of its big rows (default 999000: under Kafka's 1 MiB default)
+	LargeTxCases     []string      // memory-large-tx: case ids to run, path.Match globs ("pg-rows-alo", "mariadb-*-eos"; empty: all)
+	LargeTxRSSCapMiB int           // memory-large-tx: kill outboxd above this VmRSS (default 4096; the figure is then a lower bound)
+	LargeTxTimeout   time.Duration // memory-large-tx: give up on a case after this long (default 10m)
+	KafkaExtra       []string      // extra "key: value" lines for the outboxd config's kafka section (experiments)
+	OffsetsDir       string        // where outboxd's offsets files go ("" = os.TempDir(); e.g. /dev/shm to take fsync out)
+	Out              io.Writer     // the report (Markdown); progress goes to Log
+	Log              *slog.Logger  // bench progress
+	OutboxdLog       *slog.Logger  // outboxd's own logs (in-process runs)
 }
 
 // Scenarios lists every scenario name in run order.
 var Scenarios = []string{"drain-pg-1", "drain-pg-1000", "latency-pg", "memory-pg", "poll-pg", "drain-mariadb",
-	"vs-debezium-pg", "vs-debezium-mariadb"}
+	"memory-large-tx", "vs-debezium-pg", "vs-debezium-mariadb"}
 
 func (o *Options) defaults() {
 	if o.N <= 0 {
@@ -104,6 +114,21 @@ func (o *Options) defaults() {
 	}
 	if o.PollBatch <= 0 {
 		o.PollBatch = 1000
+	}
+	if o.LargeTxRows <= 0 {
+		o.LargeTxRows = 1000000
+	}
+	if o.LargeTxBig <= 0 {
+		o.LargeTxBig = 1000
+	}
+	if o.LargeTxPayload <= 0 {
+		o.LargeTxPayload = 999000
+	}
+	if o.LargeTxRSSCapMiB <= 0 {
+		o.LargeTxRSSCapMiB = 4096
+	}
+	if o.LargeTxTimeout <= 0 {
+		o.LargeTxTimeout = 10 * time.Minute
 	}
 	if o.Out == nil {
 		o.Out = os.Stdout
@@ -143,6 +168,9 @@ type Report struct {
 		MemoryRows      int      `json:"memory_rows"`
 		PollBatch       int      `json:"poll_batch"`
 		KafkaExtra      []string `json:"kafka_extra,omitempty"`
+		LargeTxRows     int      `json:"large_tx_rows,omitempty"`
+		LargeTxBig      int      `json:"large_tx_big,omitempty"`
+		LargeTxPayload  int      `json:"large_tx_payload,omitempty"`
 		OffsetsDir      string   `json:"offsets_dir,omitempty"`
 	} `json:"options"`
 	Results []Result `json:"results"`
@@ -207,6 +235,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	rep.Options.LatencyRate, rep.Options.LatencyDuration = o.LatencyRate, o.LatencyDuration.String()
 	rep.Options.MemoryRows, rep.Options.PollBatch, rep.Options.KafkaExtra = o.MemoryRows, o.PollBatch, o.KafkaExtra
 	rep.Options.OffsetsDir = o.OffsetsDir
+	if len(o.Only) == 0 || slices.Contains(o.Only, largeScenario) {
+		rep.Options.LargeTxRows, rep.Options.LargeTxBig, rep.Options.LargeTxPayload = o.LargeTxRows, o.LargeTxBig, o.LargeTxPayload
+	}
 
 	e, err := startEnv(ctx, &o)
 	if err != nil {
@@ -243,6 +274,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	run("memory-pg", memoryPG)
 	run("poll-pg", pollPG)
 	run("drain-mariadb", drainMariaDB)
+	run("memory-large-tx", memoryLargeTx)
 	run("vs-debezium-pg", vsDebeziumPG)
 	run("vs-debezium-mariadb", vsDebeziumMariaDB)
 	rep.Duration = time.Since(rep.Started).Round(time.Millisecond).String()

@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/app"
 	"github.com/outboxd/outboxd/internal/config"
 	"github.com/outboxd/outboxd/offsets"
 )
@@ -109,13 +109,31 @@ type procRun struct {
 	drained           bool
 	elapsed           time.Duration
 	hwmKiB, maxRSSKiB float64
+	maxAnonKiB        float64 // highest RssAnon sampled (heap, stacks: VmRSS without the binary's file pages)
 	exit, logTail     string
+	overCap           bool    // killed by the bench: VmRSS passed procOpts.rssCapKiB
+	gc                gcTrace // GODEBUG=gctrace=1 lines of the run (procOpts.gctrace)
+}
+
+// procOpts are the knobs of runOutboxdProc beyond runOutboxdProcess's defaults.
+type procOpts struct {
+	poll      time.Duration // between loads of the stored position (default 2ms; the Kafka store 250ms)
+	timeout   time.Duration // give up after this long (default 10 minutes)
+	rssCapKiB float64       // > 0: SIGKILL the process once its VmRSS passes this (protects a shared machine)
+	gctrace   bool          // run it with GODEBUG=gctrace=1 and keep the Go heap figures of its GC cycles
 }
 
 // runOutboxdProcess starts `bin run -c <cfg>`, samples its memory until the stored position
 // satisfies done or the process exits, then reads VmHWM, stops it with SIGTERM and waits.
 func runOutboxdProcess(ctx context.Context, bin, cfgText string, done func(offsets.Position) (bool, error)) (procRun, error) {
-	var r procRun
+	return runOutboxdProc(ctx, bin, cfgText, done, procOpts{})
+}
+
+// runOutboxdProc is runOutboxdProcess with options. The stored position is read from the
+// config's offsets store (file or kafka: app.Store) by a goroutine of its own, so that a slow
+// load (the Kafka store waits for an open transaction) does not pause the memory sampling. The
+// child dies with the bench (Pdeathsig) and is always stopped before return.
+func runOutboxdProc(ctx context.Context, bin, cfgText string, done func(offsets.Position) (bool, error), po procOpts) (r procRun, _ error) {
 	cfg, err := config.Parse([]byte(cfgText), os.LookupEnv)
 	if err != nil {
 		return r, err
@@ -126,10 +144,26 @@ func runOutboxdProcess(ctx context.Context, bin, cfgText string, done func(offse
 	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o600); err != nil {
 		return r, err
 	}
-	store := &offsets.FileStore{Path: cfg.Offsets.Path}
+	store, err := app.Store(cfg)
+	if err != nil {
+		return r, err
+	}
+	if po.poll <= 0 {
+		po.poll = 2 * time.Millisecond
+		if cfg.Offsets.Store == "kafka" {
+			po.poll = 250 * time.Millisecond
+		}
+	}
+	if po.timeout <= 0 {
+		po.timeout = 10 * time.Minute
+	}
 	var logBuf syncBuffer
 	cmd := exec.Command(bin, "run", "-c", cfgPath)
 	cmd.Stdout, cmd.Stderr = &logBuf, &logBuf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if po.gctrace {
+		cmd.Env = append(os.Environ(), "GODEBUG=gctrace=1")
+	}
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
 		return r, err
@@ -137,6 +171,18 @@ func runOutboxdProcess(ctx context.Context, bin, cfgText string, done func(offse
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	pid := cmd.Process.Pid
+	sample := func() {
+		if rss, hwm, ok := procMem(pid); ok {
+			r.maxRSSKiB, r.hwmKiB = max(r.maxRSSKiB, rss), max(r.hwmKiB, hwm)
+		}
+		r.maxAnonKiB = max(r.maxAnonKiB, procStatusKiB(pid, "RssAnon"))
+	}
+	finish := func() {
+		if po.gctrace {
+			r.gc = parseGCTrace(logBuf.String())
+		}
+	}
+	defer finish() // r is the named result: the figures reach the caller
 	stop := func() {
 		_ = syscall.Kill(pid, syscall.SIGTERM)
 		select {
@@ -148,9 +194,32 @@ func runOutboxdProcess(ctx context.Context, bin, cfgText string, done func(offse
 			r.exit = "killed after SIGTERM timeout"
 		}
 	}
+
+	// The done checker: loads the stored position every po.poll until done says so.
+	checkCtx, cancelCheck := context.WithCancel(ctx)
+	defer cancelCheck()
+	doneCh := make(chan error, 1) // nil: drained
+	go func() {
+		for {
+			pos, err := store.Load(checkCtx)
+			if err == nil {
+				ok, derr := done(pos)
+				if derr != nil || ok {
+					doneCh <- derr
+					return
+				}
+			}
+			select {
+			case <-checkCtx.Done():
+				return
+			case <-time.After(po.poll):
+			}
+		}
+	}()
+
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
-	deadline := time.After(10 * time.Minute)
+	deadline := time.After(po.timeout)
 	for {
 		select {
 		case err := <-exited:
@@ -161,29 +230,27 @@ func runOutboxdProcess(ctx context.Context, bin, cfgText string, done func(offse
 			stop()
 			return r, ctx.Err()
 		case <-deadline:
+			sample()
 			stop()
-			return r, errors.New("outboxd process did not drain within 10 minutes")
-		case <-tick.C:
-		}
-		if rss, hwm, ok := procMem(pid); ok {
-			r.maxRSSKiB, r.hwmKiB = max(r.maxRSSKiB, rss), max(r.hwmKiB, hwm)
-		}
-		pos, err := store.Load(ctx)
-		if err != nil {
-			continue
-		}
-		ok, err := done(pos)
-		if err != nil {
-			stop()
-			return r, err
-		}
-		if ok {
+			return r, fmt.Errorf("outboxd process did not drain within %s", po.timeout)
+		case err := <-doneCh:
+			if err != nil {
+				stop()
+				return r, err
+			}
 			r.elapsed = time.Since(t0)
 			r.drained = true
-			if rss, hwm, ok := procMem(pid); ok {
-				r.maxRSSKiB, r.hwmKiB = max(r.maxRSSKiB, rss), max(r.hwmKiB, hwm)
-			}
+			sample()
 			stop()
+			return r, nil
+		case <-tick.C:
+		}
+		sample()
+		if po.rssCapKiB > 0 && r.maxRSSKiB > po.rssCapKiB {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			r.exit = exitString(<-exited)
+			r.overCap = true
+			r.logTail = lastError(logBuf.String())
 			return r, nil
 		}
 	}
@@ -213,6 +280,23 @@ func procMem(pid int) (rss, hwm float64, ok bool) {
 		}
 	}
 	return rss, hwm, hwm > 0
+}
+
+// procStatusKiB reads one "Key: N kB" line of /proc/pid/status (0 if absent).
+func procStatusKiB(pid int, key string) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && k == key {
+			if f := strings.Fields(v); len(f) > 0 {
+				n, _ := strconv.ParseFloat(f[0], 64)
+				return n
+			}
+		}
+	}
+	return 0
 }
 
 func exitString(err error) string {
