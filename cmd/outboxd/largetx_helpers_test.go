@@ -1,0 +1,337 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outboxd/outboxd/internal/testenv"
+)
+
+// Helpers of the huge-transaction tests (largetx_e2e_test.go): one environment over either source
+// (a private PostgreSQL or MariaDB) in either delivery mode, transactions of many rows written
+// with one INSERT … SELECT, the topic's end offsets as a cheap progress meter, and kcat
+// (librdkafka, read_committed) as the judge of what arrived.
+
+const (
+	bigTopic = "outbox.event.order"
+	bigKeys  = 8 // aggregateid K0..K7: rows spread over partitions, per-key order checkable
+)
+
+// bigID is the id of row i of the big-transaction tests (a valid UUID that carries i).
+func bigID(i int) string { return fmt.Sprintf("00000000-0000-4000-a000-%012d", i) }
+
+// bigIndex parses bigID back (-1: not one of ours).
+func bigIndex(id string) int {
+	s, ok := strings.CutPrefix(id, "00000000-0000-4000-a000-")
+	if !ok {
+		return -1
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+func bigKey(i int) string { return fmt.Sprintf("K%d", i%bigKeys) }
+
+// bigEnv is one source (PostgreSQL or MariaDB), a broker and an outboxd config, in one delivery
+// mode. at_least_once stores positions in the file store, exactly_once in offsets.topic.
+type bigEnv struct {
+	t      *testing.T
+	eos    bool
+	broker *testenv.Broker
+	cfg    *env      // the config file (editConfig); for PostgreSQL the whole env
+	pg     *env      // nil for MariaDB
+	my     *mysqlEnv // nil for PostgreSQL
+	key    string    // the pipeline's key in offsets.topic
+}
+
+// newBigEnv builds the environment; src is "postgres" or "mariadb".
+func newBigEnv(t *testing.T, src string, eos bool) *bigEnv {
+	t.Helper()
+	b := &bigEnv{t: t, eos: eos}
+	switch src {
+	case "postgres":
+		b.pg = newEnv(t, "")
+		b.broker, b.cfg, b.key = b.pg.broker, b.pg, "postgres:outboxd"
+	case "mariadb":
+		b.my = newNoLossEnv(t, testenv.MariaDBOptions{RowMetadata: true}, "app.outbox", "", testenv.MariaDBOutboxDDL("app.outbox", "CHAR(36)"))
+		b.broker, b.cfg, b.key = b.my.broker, &env{t: t, cfgPath: b.my.cfgPath}, "mysql:4343"
+	default:
+		t.Fatalf("source %q", src)
+	}
+	if eos {
+		b.cfg.editConfig("kafka:\n", "kafka:\n  delivery: exactly_once\n")
+		b.cfg.editConfig("offsets:\n", "offsets:\n  store: kafka\n")
+	}
+	return b
+}
+
+// start runs outboxd (with extra environment variables) and waits until it streams.
+func (b *bigEnv) start(extraEnv ...string) *proc {
+	b.t.Helper()
+	if b.pg != nil {
+		return b.pg.startWith(true, extraEnv...)
+	}
+	p := startProcEnv(b.t, b.my.cfgPath, extraEnv)
+	waitUntil(b.t, 30*time.Second, "binlog dump connected", func() bool {
+		select {
+		case <-p.done:
+			b.t.Fatalf("outboxd exited with %d:\n%s", p.code, p.out.String())
+		default:
+		}
+		if !strings.Contains(p.out.String(), "mysql source opening") {
+			return false
+		}
+		rows, _ := b.my.db.Query("", "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
+		return len(rows) == 1 && rows[0][0] != "0"
+	})
+	return p
+}
+
+// startProcEnv is startProc with extra environment variables.
+func startProcEnv(t *testing.T, cfgPath string, extraEnv []string) *proc {
+	t.Helper()
+	p := &proc{out: &syncBuf{}, done: make(chan struct{})}
+	p.cmd = exec.Command(binPath, "run", "-c", cfgPath)
+	p.cmd.Env = append(os.Environ(), extraEnv...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		err := p.cmd.Wait()
+		if ee, ok := err.(*exec.ExitError); ok {
+			p.code = ee.ExitCode()
+		}
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("outboxd output:\n%s", p.out.String())
+		}
+	})
+	return p
+}
+
+// bigTx is one transaction written by insert: rows first..first+n-1.
+type bigTx struct {
+	first, n int
+	// covers reports whether a stored position covers the transaction (PostgreSQL: past an LSN
+	// taken inside it, after its rows; MariaDB: at or past its GTID).
+	covers func(pos string) bool
+	mark   string // that LSN or GTID, for messages
+}
+
+func (x bigTx) ids() []string {
+	out := make([]string, x.n)
+	for i := range out {
+		out[i] = bigID(x.first + i)
+	}
+	return out
+}
+
+// insert commits rows first..first+n-1 in ONE transaction (one INSERT … SELECT).
+func (b *bigEnv) insert(first, n int) bigTx {
+	b.t.Helper()
+	ctx := context.Background()
+	t0 := time.Now()
+	defer func() { b.t.Logf("inserted %d rows in one transaction in %v", n, time.Since(t0).Round(time.Millisecond)) }()
+	x := bigTx{first: first, n: n}
+	if b.pg != nil {
+		c := b.pg.conn()
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+			SELECT ('00000000-0000-4000-a000-' || lpad(i::text, 12, '0'))::uuid, 'order', 'K' || (i % $3), 'created', jsonb_build_object('i', i)
+			FROM generate_series($1::int, $2::int) i`, first, first+n-1, bigKeys); err != nil {
+			b.t.Fatal(err)
+		}
+		var in string
+		if err := tx.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&in); err != nil {
+			b.t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			b.t.Fatal(err)
+		}
+		x.mark = in
+		x.covers = func(pos string) bool { return lsn(b.t, pos) > lsn(b.t, in) }
+		return x
+	}
+	q := fmt.Sprintf(`INSERT INTO app.outbox (id, aggregatetype, aggregateid, type, payload)
+		SELECT CONCAT('00000000-0000-4000-a000-', LPAD(seq, 12, '0')), 'order', CONCAT('K', seq %% %d), 'created', CONCAT('{"i": ', seq, '}')
+		FROM seq_%d_to_%d`, bigKeys, first, first+n-1)
+	if err := b.my.db.Exec(ctx, "app", q); err != nil {
+		b.t.Fatal(err)
+	}
+	seq := b.my.gtidNow()
+	x.mark = fmt.Sprintf("0-1-%d", seq)
+	x.covers = func(pos string) bool { return mariaSeq(pos) >= seq }
+	return x
+}
+
+// position is the stored position: the file store (at_least_once) or the last position in
+// offsets.topic visible to read_committed now (exactly_once; open transactions not awaited).
+func (b *bigEnv) position() string {
+	b.t.Helper()
+	if !b.eos {
+		if b.pg != nil {
+			return b.pg.storedPosition()
+		}
+		return b.my.storedPosition()
+	}
+	return visiblePositionOf(b.t, b.broker.Addr(), b.key)
+}
+
+// visiblePositionOf is visiblePosition for any pipeline key.
+func visiblePositionOf(t *testing.T, addr, key string) string {
+	t.Helper()
+	pos := ""
+	for _, r := range testenv.Consume(t, addr, `outboxd\.offsets`, 0, time.Second) {
+		if string(r.Key) == key {
+			var d struct{ Position string }
+			if err := json.Unmarshal(r.Value, &d); err != nil {
+				t.Fatalf("offsets record %s: %v", r.Value, err)
+			}
+			pos = d.Position
+		}
+	}
+	return pos
+}
+
+// waitCovered waits until the stored position covers x.
+func (b *bigEnv) waitCovered(x bigTx, d time.Duration, what string) {
+	b.t.Helper()
+	t0 := time.Now()
+	waitUntil(b.t, d, what+": the stored position covers the transaction ("+x.mark+")", func() bool { return x.covers(b.position()) })
+	b.t.Logf("%s: stored position covers it after %v", what, time.Since(t0).Round(time.Millisecond))
+}
+
+// endOffsets sums, over the partitions of topic, the high watermark (records written, committed
+// or not, plus transaction markers) and the last stable offset (read_committed's end). A topic
+// that does not exist yet has 0, 0.
+func endOffsets(t *testing.T, addr, topic string) (hwm, lso int64) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	meta := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	meta.Topics = append(meta.Topics, mt)
+	mr, err := meta.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatalf("metadata of %s: %v", topic, err)
+	}
+	if len(mr.Topics) != 1 || mr.Topics[0].ErrorCode != 0 {
+		return 0, 0
+	}
+	for _, level := range []int8{0, 1} {
+		req := kmsg.NewPtrListOffsetsRequest()
+		req.IsolationLevel = level
+		rt := kmsg.NewListOffsetsRequestTopic()
+		rt.Topic = topic
+		for _, p := range mr.Topics[0].Partitions {
+			rp := kmsg.NewListOffsetsRequestTopicPartition()
+			rp.Partition, rp.Timestamp, rp.CurrentLeaderEpoch = p.Partition, -1, -1
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl) // kgo splits it by partition leader
+		if err != nil {
+			t.Fatalf("list offsets of %s: %v", topic, err)
+		}
+		var sum int64
+		for _, rt := range resp.Topics {
+			for _, rp := range rt.Partitions {
+				if rp.ErrorCode != 0 {
+					t.Fatalf("list offsets of %s[%d]: error code %d", topic, rp.Partition, rp.ErrorCode)
+				}
+				sum += rp.Offset
+			}
+		}
+		if level == 0 {
+			hwm = sum
+		} else {
+			lso = sum
+		}
+	}
+	return hwm, lso
+}
+
+// kcatRec is one record as kcat (read_committed) printed it.
+type kcatRec struct{ key, id string }
+
+// kcatRecords reads topic from the beginning to its end with kcat, read_committed, and returns
+// each record's key and id header, per partition in offset order.
+func kcatRecords(t *testing.T, addr, topic string) map[int32][]kcatRec {
+	t.Helper()
+	kc, err := exec.LookPath("kcat")
+	if err != nil {
+		testenv.Unavailable(t, "kcat (bash .ci/deps installs it)", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, kc, "-C", "-b", addr, "-t", topic, "-e", "-o", "beginning", "-q",
+		"-X", "isolation.level=read_committed", "-f", "%p %k %h\n")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kcat -C -t %s: %v\n%s", topic, err, out)
+	}
+	recs := map[int32][]kcatRec{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if line == "" {
+			continue
+		}
+		f := strings.SplitN(line, " ", 3)
+		if len(f) != 3 {
+			t.Fatalf("kcat line %q", line)
+		}
+		p, err := strconv.Atoi(f[0])
+		if err != nil {
+			t.Fatalf("kcat line %q: %v", line, err)
+		}
+		r := kcatRec{key: f[1]}
+		for _, h := range strings.Split(f[2], ",") {
+			if id, ok := strings.CutPrefix(h, "id="); ok {
+				r.id = id
+			}
+		}
+		recs[int32(p)] = append(recs[int32(p)], r)
+	}
+	return recs
+}
+
+// idCounts counts each id over all partitions.
+func idCounts(recs map[int32][]kcatRec) map[string]int {
+	n := map[string]int{}
+	for _, rs := range recs {
+		for _, r := range rs {
+			n[r.id]++
+		}
+	}
+	return n
+}
