@@ -153,7 +153,9 @@ func (b *bigEnv) insert(first, n int) bigTx {
 	b.t.Helper()
 	ctx := context.Background()
 	t0 := time.Now()
-	defer func() { b.t.Logf("inserted %d rows in one transaction in %v", n, time.Since(t0).Round(time.Millisecond)) }()
+	defer func() {
+		b.t.Logf("inserted %d rows in one transaction in %v", n, time.Since(t0).Round(time.Millisecond))
+	}()
 	x := bigTx{first: first, n: n}
 	if b.pg != nil {
 		c := b.pg.conn()
