@@ -171,12 +171,16 @@ func (d *Decoder) where() string {
 	if !d.inTx {
 		return "outside a transaction"
 	}
-	return fmt.Sprintf("in the transaction committing at LSN %s at %s", d.commitLSN, d.tx.CommitTime.UTC().Format("2006-01-02T15:04:05.000000Z"))
+	w := fmt.Sprintf("in the transaction committing at LSN %s at %s", d.commitLSN, d.tx.CommitTime.UTC().Format("2006-01-02T15:04:05.000000Z"))
+	if d.handedRows > 0 {
+		w += fmt.Sprintf(" (a big transaction: %d of its rows were already handed out in earlier chunks; at_least_once may have delivered them, exactly_once aborts them)", d.handedRows)
+	}
+	return w
 }
 
 func (d *Decoder) renamedError(t *outboxTable, now string) error {
 	return stopf("pgoutput: relation OID %d, which was %s (source.tables) when outboxd started, arrives named %s %s: "+
-		"the outbox table was renamed while outboxd was running. outboxd stops before handing out this transaction, so no position past it is stored or confirmed. "+
+		"the outbox table was renamed while outboxd was running. outboxd stops before handing out the end of this transaction, so no position past it is stored or confirmed. "+
 		"Rows written under the name %s since the rename went to another table, which this stream does not carry as the outbox. To recover: "+
 		"if %s is still the outbox, set source.tables to %s and restart; otherwise make the publication cover the new %s (ALTER PUBLICATION … SET TABLE %s), "+
 		"re-publish from it the rows written since the rename (at or before %s), skip %s's rows with `outboxd offsets set -c FILE --position <pg_current_wal_lsn() after the fix>`, and restart",
@@ -185,7 +189,7 @@ func (d *Decoder) renamedError(t *outboxTable, now string) error {
 
 func (d *Decoder) recreatedError(t *outboxTable, oid uint32) error {
 	return stopf("pgoutput: %s (source.tables) arrives as relation OID %d, but it was OID %d when outboxd started, %s: "+
-		"the outbox table was dropped and re-created (or renamed and replaced) while outboxd was running. outboxd stops before handing out this transaction, so no position past it is stored or confirmed. "+
+		"the outbox table was dropped and re-created (or renamed and replaced) while outboxd was running. outboxd stops before handing out the end of this transaction, so no position past it is stored or confirmed. "+
 		"If rows were written to the new table before the publication covered it, they were never streamed: re-publish them from the table (rows written since it was created, at or before %s). "+
 		"Then check that the publication covers the new table (SELECT * FROM pg_publication_tables) and restart outboxd: it loads the new OID and delivers the new table's rows from the stored position on",
 		t.qualified, oid, t.oid, d.where(), d.commitLSN)

@@ -33,8 +33,9 @@ const (
 )
 
 // Decoder turns a stream of pgoutput protocol-version-1 messages (the WALData of successive
-// XLogData messages) into whole source.Tx values. It does no I/O and is not safe for concurrent
-// use.
+// XLogData messages) into source.Tx chunks: each transaction as one or more chunks of bounded
+// size (SetChunkCaps; without caps, one chunk per transaction). It does no I/O and is not safe
+// for concurrent use.
 //
 // Contract:
 //   - Relation messages fill a cache (relation id → qualified "schema.table", column names and
@@ -46,9 +47,18 @@ const (
 //     message for an OID the decoder cannot place yet returns *UnknownRelationError (the caller
 //     resolves it and decodes the message again). A configured table's OID arriving under
 //     another name (renamed), or a configured name arriving with another OID (dropped and
-//     re-created, or replaced), is an error, before any row of that transaction is returned.
-//   - Begin opens a transaction, Commit closes it and Decode then returns it: Position is the
-//     commit's end LSN in PostgreSQL's text form ("0/16B3748"), CommitTime the commit time.
+//     re-created, or replaced), is an error, before any later row and before the end of that
+//     transaction is returned (rows of earlier chunks of a chunked transaction may be out).
+//   - Begin opens a transaction, Commit closes it and Decode then returns its last chunk:
+//     Position is the commit's end LSN in PostgreSQL's text form ("0/16B3748"), CommitTime the
+//     commit time.
+//   - Chunks: an Insert that would push the open transaction's pending rows past the row cap or
+//     the byte cap (source.RowBytes per row) first makes Decode return the pending rows as a chunk
+//     with More set, no Position and Begin's commit time; the Insert's row starts the next chunk.
+//     So a chunk never exceeds the caps, except a single row larger than the byte cap, which is
+//     a chunk alone; a transaction within the caps is one chunk; the last chunk (at Commit) has
+//     at least one row when earlier chunks went out. Every chunk's Bytes is set. Each chunk's row
+//     slice is freshly allocated (the caller keeps it).
 //   - Insert into an attributed relation appends a source.Row; an Insert into a relation that
 //     is not attributed is an error (outboxd never skips a row it cannot place). Update, Delete,
 //     Truncate, Type and Origin are ignored (they are not outbox inserts). A logical Message is
@@ -73,11 +83,21 @@ type Decoder struct {
 	onMessage func(pgMessage) // logical decoding messages that are not outboxd heartbeats; nil: none
 
 	inTx      bool
-	tx        source.Tx
+	tx        source.Tx // the open transaction's pending chunk (rows not yet returned)
 	xid       uint32
-	commitLSN pglogrepl.LSN // the open transaction's commit LSN (Begin's final LSN)
+	commitLSN pglogrepl.LSN // the open (or last) transaction's commit LSN (Begin's final LSN)
 	end       pglogrepl.LSN // end LSN of the last transaction Decode returned (its Position, parsed)
+
+	// Chunking (SetChunkCaps): the caps of one chunk; 0 or less: no cap.
+	chunkRows, chunkBytes int
+	bytes                 int // source.RowBytes of the pending rows (d.tx.Rows)
+	handedRows            int // rows of the open transaction returned in earlier chunks
 }
+
+// SetChunkCaps sets the caps of one chunk: at most rows rows and bytes bytes (source.RowBytes
+// per row; a single bigger row is a chunk alone). 0 or less: no cap. Without any cap, every
+// transaction is one chunk.
+func (d *Decoder) SetChunkCaps(rows, bytes int) { d.chunkRows, d.chunkBytes = rows, bytes }
 
 // relation is one cached Relation message.
 type relation struct {
@@ -114,8 +134,10 @@ func splitTable(t string) (schema, name string) {
 // transaction is buffered).
 func (d *Decoder) InTx() bool { return d.inTx }
 
-// Decode consumes one pgoutput message. When msg is a Commit, it returns the finished
-// transaction and done=true; otherwise done is false. msg is not retained after Decode returns.
+// Decode consumes one pgoutput message. When it completes a chunk, it returns it and done=true:
+// the last chunk of a transaction at its Commit (More false, with the Position), an earlier one
+// (More set) at the Insert that would overflow it; otherwise done is false. msg is not retained
+// after Decode returns.
 func (d *Decoder) Decode(msg []byte) (tx source.Tx, done bool, err error) {
 	if len(msg) == 0 {
 		return source.Tx{}, false, errors.New("pgoutput: empty message")
@@ -129,7 +151,7 @@ func (d *Decoder) Decode(msg []byte) (tx source.Tx, done bool, err error) {
 	case msgRelation:
 		err = d.relation(&r)
 	case msgInsert:
-		err = d.insert(&r, len(msg))
+		return d.insert(&r, len(msg))
 	case msgMessage:
 		err = d.message(msg)
 	case msgUpdate, msgDelete, msgTruncate, msgType, msgOrigin:
@@ -153,6 +175,7 @@ func (d *Decoder) begin(r *reader) error {
 	}
 	d.inTx, d.xid, d.commitLSN = true, xid, final
 	d.tx = source.Tx{CommitTime: pgTime(ts)}
+	d.bytes, d.handedRows = 0, 0
 	return nil
 }
 
@@ -170,7 +193,9 @@ func (d *Decoder) commit(r *reader) (source.Tx, bool, error) {
 	tx := d.tx
 	tx.Position = lsnPosition(end)
 	tx.CommitTime = pgTime(ts)
+	tx.Bytes = d.bytes
 	d.inTx, d.tx, d.end = false, source.Tx{}, end
+	d.bytes, d.handedRows = 0, 0
 	return tx, true, nil
 }
 
@@ -203,31 +228,31 @@ func (d *Decoder) relation(r *reader) error {
 	return nil
 }
 
-func (d *Decoder) insert(r *reader, size int) error {
+func (d *Decoder) insert(r *reader, size int) (source.Tx, bool, error) {
 	id := r.u32()
 	kind := r.u8()
 	if r.err != nil {
-		return fmt.Errorf("pgoutput: Insert: %w", r.err)
+		return source.Tx{}, false, fmt.Errorf("pgoutput: Insert: %w", r.err)
 	}
 	if !d.inTx {
-		return fmt.Errorf("pgoutput: Insert into relation id %d outside a transaction", id)
+		return source.Tx{}, false, fmt.Errorf("pgoutput: Insert into relation id %d outside a transaction", id)
 	}
 	rel, ok := d.rels[id]
 	if !ok {
-		return fmt.Errorf("pgoutput: Insert into relation id %d before its Relation message", id)
+		return source.Tx{}, false, fmt.Errorf("pgoutput: Insert into relation id %d before its Relation message", id)
 	}
 	if !rel.capture {
-		return d.notAttributed(rel)
+		return source.Tx{}, false, d.notAttributed(rel)
 	}
 	if kind != 'N' {
-		return fmt.Errorf("pgoutput: Insert into %s: tuple kind %q, want 'N'", rel.table, kind)
+		return source.Tx{}, false, fmt.Errorf("pgoutput: Insert into %s: tuple kind %q, want 'N'", rel.table, kind)
 	}
 	n := int(r.u16())
 	if r.err != nil {
-		return fmt.Errorf("pgoutput: Insert into %s: %w", rel.table, r.err)
+		return source.Tx{}, false, fmt.Errorf("pgoutput: Insert into %s: %w", rel.table, r.err)
 	}
 	if n != len(rel.columns) {
-		return fmt.Errorf("pgoutput: Insert into %s has %d columns, its Relation message %d", rel.table, n, len(rel.columns))
+		return source.Tx{}, false, fmt.Errorf("pgoutput: Insert into %s has %d columns, its Relation message %d", rel.table, n, len(rel.columns))
 	}
 	// One buffer for all values of the row: the remaining message length bounds their total
 	// size (bytea decodes shorter than its text form), so appends never reallocate and every
@@ -247,27 +272,43 @@ func (d *Decoder) insert(r *reader, size int) error {
 			if rel.types[i] == oidBytea {
 				var err error
 				if buf, err = appendBytea(buf, data); err != nil {
-					return fmt.Errorf("pgoutput: Insert into %s: column %s: %w", rel.table, rel.columns[i], err)
+					return source.Tx{}, false, fmt.Errorf("pgoutput: Insert into %s: column %s: %w", rel.table, rel.columns[i], err)
 				}
 			} else {
 				buf = append(buf, data...)
 			}
 			vals[i] = source.Value{Bytes: buf[start:len(buf):len(buf)]}
 		case 'u':
-			return fmt.Errorf("pgoutput: Insert into %s: column %s is an unchanged-TOAST marker, which an INSERT cannot carry", rel.table, rel.columns[i])
+			return source.Tx{}, false, fmt.Errorf("pgoutput: Insert into %s: column %s is an unchanged-TOAST marker, which an INSERT cannot carry", rel.table, rel.columns[i])
 		case 'b':
-			return fmt.Errorf("pgoutput: Insert into %s: column %s is in binary format, which outboxd does not request", rel.table, rel.columns[i])
+			return source.Tx{}, false, fmt.Errorf("pgoutput: Insert into %s: column %s is in binary format, which outboxd does not request", rel.table, rel.columns[i])
 		default:
 			if r.err == nil {
-				return fmt.Errorf("pgoutput: Insert into %s: column %s has unknown tuple data kind %q", rel.table, rel.columns[i], k)
+				return source.Tx{}, false, fmt.Errorf("pgoutput: Insert into %s: column %s has unknown tuple data kind %q", rel.table, rel.columns[i], k)
 			}
 		}
 		if r.err != nil {
-			return fmt.Errorf("pgoutput: Insert into %s: column %s: %w", rel.table, rel.columns[i], r.err)
+			return source.Tx{}, false, fmt.Errorf("pgoutput: Insert into %s: column %s: %w", rel.table, rel.columns[i], r.err)
 		}
 	}
-	d.tx.Rows = append(d.tx.Rows, source.Row{Table: rel.table, Columns: rel.columns, Values: vals})
-	return nil
+	tx, cut := d.add(source.Row{Table: rel.table, Columns: rel.columns, Values: vals}, len(buf)+source.RowOverhead)
+	return tx, cut, nil
+}
+
+// add appends row (rb bytes, as source.RowBytes counts it) to the open transaction. When the
+// pending rows are at a cap, or row would push them past the byte cap, they are cut off first
+// and returned as a chunk with More set; row then starts the next chunk (see Decoder).
+func (d *Decoder) add(row source.Row, rb int) (chunk source.Tx, cut bool) {
+	if n := len(d.tx.Rows); n > 0 && (d.chunkRows > 0 && n >= d.chunkRows || d.chunkBytes > 0 && d.bytes+rb > d.chunkBytes) {
+		chunk = source.Tx{CommitTime: d.tx.CommitTime, Rows: d.tx.Rows, More: true, Bytes: d.bytes}
+		d.handedRows += n
+		// A fresh slice (the caller keeps the chunk's), sized like the last one: a transaction
+		// that needed one cut is likely to need more.
+		d.tx.Rows, d.bytes, cut = make([]source.Row, 0, n), 0, true
+	}
+	d.tx.Rows = append(d.tx.Rows, row)
+	d.bytes += rb
+	return chunk, cut
 }
 
 // appendBytea appends the bytes that bytea's text output form src denotes: the hex form

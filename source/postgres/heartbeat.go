@@ -222,6 +222,6 @@ func (st *stream) message(data []byte) error {
 	if m.lsn <= st.from || m.lsn <= st.lastHanded {
 		return nil // nothing new: a transaction or keepalive already got this far
 	}
-	st.setOut(source.Tx{Position: lsnPosition(m.lsn)}, m.lsn)
+	st.setOut(source.Tx{Position: lsnPosition(m.lsn)}, m.lsn, false)
 	return nil
 }

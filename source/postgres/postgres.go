@@ -1,6 +1,7 @@
 // Package postgres is the PostgreSQL source: it reads the write-ahead log through a logical
-// replication slot with the pgoutput plugin (protocol version 1) and hands the pipeline whole
-// committed transactions containing the INSERTs into the configured outbox tables.
+// replication slot with the pgoutput plugin (protocol version 1) and hands the pipeline the
+// committed transactions containing the INSERTs into the configured outbox tables, each in
+// chunks of bounded size (Config.ChunkRows, Config.ChunkBytes) as its rows arrive.
 //
 // It is an I/O shell (Source: connections, publication and slot management, the replication
 // stream, status updates) around a pure Decoder (pgoutput bytes → source.Tx).
@@ -57,7 +58,25 @@ type Config struct {
 	// CoverageCheckInterval is how often the publication's coverage of the tables is checked
 	// while streaming (coveragewatch.go), besides the checks idle progress asks for; default 1s.
 	CoverageCheckInterval time.Duration
+	// ChunkRows and ChunkBytes cap one chunk of a transaction (source.Tx): at most ChunkRows rows
+	// and ChunkBytes bytes (source.RowBytes per row; a single bigger row is a chunk alone), so a
+	// transaction of any size is held in bounded memory. 0: the default (see chunkByDefault);
+	// negative: no cap. Without any cap every transaction is one chunk.
+	ChunkRows  int
+	ChunkBytes int
 }
+
+// DefaultChunkRows and DefaultChunkBytes are the chunk caps a zero Config.ChunkRows and
+// Config.ChunkBytes stand for once chunkByDefault is set.
+const (
+	DefaultChunkRows  = 1024
+	DefaultChunkBytes = 1 << 20
+)
+
+// chunkByDefault makes a zero ChunkRows/ChunkBytes mean DefaultChunkRows/DefaultChunkBytes;
+// while false it means no cap (every transaction one chunk), until the pipeline delivers More
+// chunks (issue 13).
+const chunkByDefault = false
 
 const (
 	defaultStandbyTimeout = 10 * time.Second
@@ -74,8 +93,8 @@ var ErrClosed = errors.New("postgres source closed")
 //
 // Concurrency design: after Open, one goroutine (the stream loop) owns the replication
 // connection exclusively: it reads messages, feeds the Decoder, answers keepalives, and writes
-// every standby status update. Next only receives finished transactions from that loop over an
-// unbuffered channel, so at most one decoded transaction waits for the pipeline and, while it
+// every standby status update. Next only receives finished chunks from that loop over an
+// unbuffered channel, so at most one decoded chunk waits for the pipeline and, while it
 // waits, nothing more is read (TCP flow control pushes back to the server). Because the loop
 // keeps sending status updates while it waits, a stalled pipeline does not trip the server's
 // wal_sender_timeout.
@@ -140,6 +159,12 @@ func New(cfg Config, log *slog.Logger) *Source {
 	}
 	if cfg.CoverageCheckInterval <= 0 {
 		cfg.CoverageCheckInterval = defaultCoverageCheckInterval
+	}
+	if cfg.ChunkRows == 0 && chunkByDefault {
+		cfg.ChunkRows = DefaultChunkRows
+	}
+	if cfg.ChunkBytes == 0 && chunkByDefault {
+		cfg.ChunkBytes = DefaultChunkBytes
 	}
 	if log == nil {
 		log = slog.Default()

@@ -209,6 +209,7 @@ func (s *Source) newDecoder() *Decoder {
 	}
 	d.log = s.log
 	d.onMessage = s.foreignMessage
+	d.SetChunkCaps(s.cfg.ChunkRows, s.cfg.ChunkBytes)
 	return d
 }
 

@@ -24,9 +24,14 @@ type stream struct {
 
 	from       pglogrepl.LSN // Open's position: transactions ending at or before it are skipped
 	lastHanded pglogrepl.LSN // position of the last Tx Next returned (initially from)
-	out        source.Tx     // with hasOut: a finished Tx waiting for Next; nothing is read meanwhile
-	outLSN     pglogrepl.LSN // out.Position, parsed
+	out        source.Tx     // with hasOut: a finished chunk waiting for Next; nothing is read meanwhile
+	outLSN     pglogrepl.LSN // out.Position, parsed; for a More chunk its transaction's commit LSN
 	hasOut     bool
+
+	// The transaction whose chunks are being delivered (deliver): midTx after a More chunk;
+	// skipTx when it ends at or before from (decided at its first chunk); txRows its rows so far.
+	midTx, skipTx bool
+	txRows        int
 
 	sent       pglogrepl.LSN // flush LSN of the last status update
 	lastStatus time.Time     // when it was sent (zero: none yet)
@@ -113,7 +118,7 @@ func (st *stream) loop(ctx context.Context) error {
 			}
 		}
 		if !st.hasOut && st.idleReady() && !now.Before(st.lastIdle.Add(idle)) {
-			st.setOut(source.Tx{Position: lsnPosition(st.idleCand)}, st.idleCand)
+			st.setOut(source.Tx{Position: lsnPosition(st.idleCand)}, st.idleCand, false)
 			st.lastIdle = now
 		}
 
@@ -184,14 +189,22 @@ func (st *stream) handOff(done <-chan struct{}, now, deadline time.Time, confirm
 	st.timer.Stop()
 }
 
-func (st *stream) setOut(tx source.Tx, l pglogrepl.LSN) {
+// setOut queues tx for Next; l is its position parsed, or for a More chunk its transaction's
+// commit LSN (a coverage reading at or past it vouches for every transaction before this one,
+// which is what a chunk needs: it stores no position). hadRows: tx closes a transaction that
+// has rows, in this chunk or earlier ones. Only a last chunk moves the relation bookkeeping.
+func (st *stream) setOut(tx source.Tx, l pglogrepl.LSN, hadRows bool) {
 	st.out, st.outLSN, st.hasOut = tx, l, true
-	if st.relSeen && len(tx.Rows) > 0 {
+	if !tx.More && st.relSeen && hadRows {
 		st.relLSN, st.relSeen = l, false
 	}
 }
 
 func (st *stream) handed() {
+	if st.out.More { // no position: nothing handed out moves
+		st.out, st.hasOut = source.Tx{}, false
+		return
+	}
 	st.lastHanded = st.outLSN
 	st.out, st.hasOut = source.Tx{}, false
 	st.s.ext.cov.handed.Store(uint64(st.lastHanded))
@@ -302,16 +315,40 @@ func (st *stream) handleCopyData(data []byte) error {
 			return fmt.Errorf("decode WAL at %s on slot %q: %w", xld.WALStart, st.s.cfg.Slot, err)
 		}
 		if done {
-			return st.deliver(tx, st.dec.end)
+			return st.deliver(tx)
 		}
 	}
 	return nil
 }
 
-// deliver queues a finished transaction ending at pos (its Position) for Next, skipping those at
-// or before Open's position.
-func (st *stream) deliver(tx source.Tx, pos pglogrepl.LSN) error {
-	if pos <= st.from {
+// deliver queues a chunk the decoder finished for Next, skipping the transactions that end at
+// or before Open's position. Whether to skip is decided at a transaction's first chunk, before
+// its end is known: from its commit LSN (Begin's), skipped iff it is before from. Commit records
+// do not overlap, so for a from that is a transaction's end or a WAL location between records
+// (a keepalive's) that is the same as "ends at or before from"; the last chunk checks it, and a
+// from inside the commit record (a position outboxd never hands out) is a loud stop.
+func (st *stream) deliver(tx source.Tx) error {
+	d := st.dec
+	if !st.midTx {
+		st.skipTx, st.txRows = d.commitLSN < st.from, 0
+	}
+	st.midTx = tx.More
+	st.txRows += len(tx.Rows)
+	if tx.More {
+		if !st.skipTx {
+			st.setOut(tx, d.commitLSN, true)
+			st.s.noteChange()
+		}
+		return nil
+	}
+	pos := d.end
+	if skip := pos <= st.from; skip != st.skipTx {
+		return stopf("replication stream on slot %q: the transaction committing at %s ends at %s, but the start position %s lies between the two (inside its commit record), "+
+			"so outboxd cannot tell whether it was delivered: outboxd never stores such a position. outboxd stops; fix the stored position with "+
+			"`outboxd offsets set -c FILE --position %s` (delivers that transaction again: consumers deduplicate) or `--position %s` (skips it), and restart",
+			st.s.cfg.Slot, d.commitLSN, pos, st.from, d.commitLSN, pos)
+	}
+	if st.skipTx {
 		st.skipped++
 		if st.skipped == 1 {
 			st.s.log.Debug("skipping transactions at or before the stored position", "position", st.from, "tx_end", pos)
@@ -321,7 +358,7 @@ func (st *stream) deliver(tx source.Tx, pos pglogrepl.LSN) error {
 	if pos <= st.lastHanded {
 		return fmt.Errorf("replication stream on slot %q sent a transaction ending at %s, not after the last position handed out (%s): refusing to go backwards", st.s.cfg.Slot, pos, st.lastHanded)
 	}
-	st.setOut(tx, pos)
+	st.setOut(tx, pos, st.txRows > 0)
 	if len(tx.Rows) > 0 {
 		st.s.noteChange()
 	}
