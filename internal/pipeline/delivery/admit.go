@@ -1,0 +1,65 @@
+package delivery
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/outboxd/outboxd/source"
+)
+
+// canAccept: a chunk fits when its records fit the tracker (records, transactions) and its bytes
+// fit MaxInflightBytes, or when nothing is in flight: an oversized chunk then goes alone.
+func (a *alo) canAccept(rows, bytes int) bool {
+	if a.phase != phaseRunning || !a.tracker.CanAdd(rows) {
+		return false
+	}
+	return a.live == 0 || a.bytes+bytes <= a.c.cfg.MaxInflightBytes
+}
+
+// accept tracks one chunk and queues its records (or, for rows the transform refuses, their
+// dead letters). One allocation per chunk: its flights.
+func (a *alo) accept(now time.Time, ch *source.Tx) error {
+	if !a.canAccept(len(ch.Rows), source.ChunkBytes(ch)) {
+		return fmt.Errorf("delivery: Accept of a chunk of %d rows that CanAccept refuses (phase %d, %d records and %d bytes in flight)",
+			len(ch.Rows), a.phase, a.live, a.bytes)
+	}
+	seq, err := a.tracker.Add(len(ch.Rows), ch.More, ch.Position)
+	if err != nil {
+		return fmt.Errorf("delivery: track chunk: %w", err)
+	}
+	where := Where{Position: ch.Position}
+	if ch.More {
+		where = Where{After: a.after}
+	} else {
+		a.after = ch.Position
+	}
+	if len(ch.Rows) > 0 {
+		fs := make([]flight, len(ch.Rows))
+		a.live += len(fs)
+		for i := range fs {
+			f := &fs[i]
+			f.seq, f.row, f.commitTime, f.where = seq, &ch.Rows[i], ch.CommitTime, where
+			f.bytes = source.RowBytes(f.row)
+			a.bytes += f.bytes
+			rec, err := a.c.cfg.Route(f.row)
+			f.rec = rec
+			if err != nil {
+				a.deadLetter(now, f, "transform", ReasonOf(err), err)
+				continue
+			}
+			a.c.rd.Sends = append(a.c.rd.Sends, Send{ID: ID{f: f}, Rec: &f.rec})
+		}
+	}
+	a.commitPrefix() // a 0-row chunk may close a resolved transaction
+	return nil
+}
+
+// ReasonOf is the dead-letter reason of a transform error: its ReasonCode, else "invalid_value".
+func ReasonOf(err error) string {
+	var re interface{ ReasonCode() string }
+	if errors.As(err, &re) {
+		return re.ReasonCode()
+	}
+	return "invalid_value"
+}
