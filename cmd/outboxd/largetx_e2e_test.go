@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -115,6 +116,132 @@ func testLargeTxCrash(t *testing.T, src string, eos bool) {
 			t.Fatalf("exactly_once: %d duplicates, %d distinct ids (want 0 duplicates, %d ids)", dups, len(recs), len(want))
 		}
 		(&env{t: t, broker: b.broker}).expectExactlyOnce(want, time.Minute) // the suite's own judge too
+	}
+	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("SIGTERM exit %d", code)
+	}
+	t.Logf("%s: %v", t.Name(), time.Since(t0).Round(time.Millisecond))
+}
+
+// chunkedRows is the size of the transaction of TestLargeTxChunkedStopRestart: many times the
+// sources' chunk (1024 rows by default) and kafka.max_inflight (set to 1000 there).
+const chunkedRows = 50_000
+
+// TestLargeTxChunkedStopRestart: a transaction of 50,000 rows, far more than one chunk and than
+// kafka.max_inflight (1000), on both sources and in both modes. With Kafka refusing every produce
+// (kfake: NOT_ENOUGH_REPLICAS, retried; Apache Kafka: frozen), outboxd takes only part of the
+// transaction from the source (outboxd_events_read_total stays at most half of it: the
+// transaction is handed over in chunks and backpressure holds the rest in the database; a source
+// that hands it over whole fails here). A SIGTERM in that state is a clean stop (exit 0) that
+// stores no position covering the transaction (exactly_once: nothing of it visible). After a
+// restart every row arrives, per key in commit order (at_least_once: the rows delivered before
+// the stop again from the first, as a new run; exactly_once: each once, in one run), and the
+// stored position covers the transaction only once all of it is in Kafka.
+func TestLargeTxChunkedStopRestart(t *testing.T) {
+	for _, src := range []string{"postgres", "mariadb"} {
+		for _, mode := range []string{"at_least_once", "exactly_once"} {
+			t.Run(src+"/"+mode, func(t *testing.T) { testLargeTxChunked(t, src, mode == "exactly_once") })
+		}
+	}
+}
+
+func testLargeTxChunked(t *testing.T, src string, eos bool) {
+	t0 := time.Now()
+	b := newBigEnv(t, src, eos)
+	b.cfg.editConfig("kafka:\n", "kafka:\n  max_inflight: 1000\n")
+	b.serveMetrics()
+	addr := b.broker.Addr()
+	p := b.start()
+	pre := b.insert(preFirst, 3)
+	b.waitCovered(pre, 30*time.Second, "a small transaction first")
+
+	hit, release := b.stallTopic()
+	big := b.insert(1, chunkedRows)
+	// Wait until reading stops: the counter has not moved for 2 s with rows of the big
+	// transaction taken and a produce refused.
+	last, since := -1, time.Now()
+	waitUntil(t, 2*time.Minute, "outboxd to stop taking rows while Kafka refuses them", func() bool {
+		select {
+		case <-p.done:
+			t.Fatalf("outboxd exited %d under the stall:\n%s", p.code, p.out.String())
+		default:
+		}
+		n := b.eventsRead()
+		if n != last {
+			last, since = n, time.Now()
+			return false
+		}
+		return n > len(pre.ids()) && hit() && time.Since(since) >= 2*time.Second
+	})
+	taken := last - len(pre.ids())
+	t.Logf("under the stall outboxd took %d of the transaction's %d rows from the source", taken, chunkedRows)
+	if taken > chunkedRows/2 {
+		t.Fatalf("under the stall outboxd took %d of the transaction's %d rows (max_inflight 1000): it holds the transaction whole instead of in chunks", taken, chunkedRows)
+	}
+
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	waitUntil(t, 20*time.Second, "the stop begins", func() bool {
+		select {
+		case <-p.done:
+			return true
+		default:
+		}
+		return strings.Contains(p.out.String(), "stopping: no more reads")
+	})
+	release()
+	if code := p.waitExitAfter(t, 40*time.Second, "SIGTERM"); code != 0 {
+		t.Fatalf("SIGTERM in the middle of the transaction: exit %d, want 0 (a clean stop)", code)
+	}
+	pos := b.position()
+	if big.covers(pos) || !pre.covers(pos) {
+		t.Fatalf("after the stop the stored position is %q: it must cover the small transaction (%s) and not the big one (%s)", pos, pre.mark, big.mark)
+	}
+	got := 0
+	counts := idCounts(kcatRecords(t, addr, bigTopic))
+	for _, id := range big.ids() {
+		if counts[id] > 0 {
+			got++
+		}
+	}
+	t.Logf("after the stop: stored position %q, kcat read_committed sees %d of the transaction's rows", pos, got)
+	if eos && got != 0 {
+		t.Fatalf("exactly_once: %d rows of the unfinished transaction visible to read_committed after the stop", got)
+	}
+
+	p = b.start()
+	waitUntil(t, 3*time.Minute, "the stored position covers the big transaction ("+big.mark+")", func() bool {
+		select {
+		case <-p.done:
+			t.Fatalf("outboxd exited %d:\n%s", p.code, p.out.String())
+		default:
+		}
+		pos := b.position()
+		if !big.covers(pos) {
+			return false
+		}
+		// Stored once every record was acked: the records are in the log (and visible, for
+		// exactly_once) by now.
+		counts := idCounts(kcatRecords(t, addr, bigTopic))
+		for _, id := range big.ids() {
+			if counts[id] == 0 {
+				t.Fatalf("stored position %q covers the big transaction while row %s is not in Kafka", pos, id)
+			}
+		}
+		return true
+	})
+	recs := kcatRecords(t, addr, bigTopic)
+	runs := checkPerKeyOrder(t, recs, big)
+	counts = idCounts(recs)
+	dups := 0
+	for _, id := range append(pre.ids(), big.ids()...) {
+		if counts[id] == 0 {
+			t.Fatalf("row %s never arrived", id)
+		}
+		dups += counts[id] - 1
+	}
+	t.Logf("after the restart: every row in Kafka, per key in commit order in %d run(s), %d duplicates", runs, dups)
+	if eos && (dups != 0 || runs != 1 || len(counts) != chunkedRows+len(pre.ids())) {
+		t.Fatalf("exactly_once: %d duplicates, %d runs, %d distinct ids (want 0, 1, %d)", dups, runs, len(counts), chunkedRows+len(pre.ids()))
 	}
 	if code := p.stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)

@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -55,6 +58,8 @@ type bigEnv struct {
 	pg     *env      // nil for MariaDB
 	my     *mysqlEnv // nil for PostgreSQL
 	key    string    // the pipeline's key in offsets.topic
+
+	metricsURL string // set by serveMetrics
 }
 
 // newBigEnv builds the environment; src is "postgres" or "mariadb".
@@ -336,4 +341,105 @@ func idCounts(recs map[int32][]kcatRec) map[string]int {
 		}
 	}
 	return n
+}
+
+// serveMetrics makes outboxd serve /metrics on a free port.
+func (b *bigEnv) serveMetrics() {
+	b.t.Helper()
+	port, err := testenv.FreePort()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.cfg.editConfig(`listen: ""`, fmt.Sprintf("listen: 127.0.0.1:%d", port))
+	b.metricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+}
+
+var eventsReadRE = regexp.MustCompile(`(?m)^outboxd_events_read_total ([0-9.e+]+)$`)
+
+// eventsRead is outboxd's outboxd_events_read_total (rows taken from the source into delivery),
+// -1 while /metrics does not answer.
+func (b *bigEnv) eventsRead() int {
+	resp, err := http.Get(b.metricsURL)
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	m := eventsReadRE.FindSubmatch(body)
+	if m == nil {
+		return -1
+	}
+	f, err := strconv.ParseFloat(string(m[1]), 64)
+	if err != nil {
+		b.t.Fatalf("outboxd_events_read_total %q: %v", m[1], err)
+	}
+	return int(f)
+}
+
+// stallTopic holds every produce to bigTopic unacknowledged until the returned release is
+// called: kfake refuses it with NOT_ENOUGH_REPLICAS (retriable; the producer retries), Apache
+// Kafka is frozen (SIGSTOP). hit reports whether a produce request met the stall (Apache: true).
+func (b *bigEnv) stallTopic() (hit func() bool, release func()) {
+	b.t.Helper()
+	if k := apacheNode(b.broker); k != nil {
+		k.Pause()
+		b.t.Cleanup(k.Resume)
+		return func() bool { return true }, k.Resume
+	}
+	h := b.broker.Cluster().Fault(kfakeNER(bigTopic))
+	return func() bool { return h.Hits() > 0 }, h.Remove
+}
+
+// checkPerKeyOrder checks the records of x in recs (per partition, in offset order): for each key
+// they are one or more runs, each run the key's rows in commit order from the transaction's
+// first row of that key on (a redelivery after a restart begins a new run at that first row),
+// and the last run has every row of the key. It returns the largest number of runs of any key.
+func checkPerKeyOrder(t *testing.T, recs map[int32][]kcatRec, x bigTx) int {
+	t.Helper()
+	want := map[string][]int{} // key -> its rows of x in commit order
+	for i := x.first; i < x.first+x.n; i++ {
+		want[bigKey(i)] = append(want[bigKey(i)], i)
+	}
+	next, runs, part := map[string]int{}, map[string]int{}, map[string]int32{}
+	for p, rs := range recs {
+		for _, r := range rs {
+			i := bigIndex(r.id)
+			if i < x.first || i >= x.first+x.n {
+				continue
+			}
+			k := bigKey(i)
+			if r.key != k {
+				t.Fatalf("row %d has key %q, want %q", i, r.key, k)
+			}
+			if q, ok := part[k]; ok && q != p {
+				t.Fatalf("key %s in partitions %d and %d", k, q, p)
+			}
+			part[k] = p
+			w := want[k]
+			switch {
+			case next[k] < len(w) && w[next[k]] == i:
+				if next[k] == 0 {
+					runs[k]++
+				}
+				next[k]++
+			case w[0] == i: // the transaction again from its start (a restart)
+				runs[k]++
+				next[k] = 1
+			default:
+				exp := "nothing (the key was complete)"
+				if next[k] < len(w) {
+					exp = fmt.Sprintf("row %d", w[next[k]])
+				}
+				t.Fatalf("key %s, partition %d: row %d after %d rows of the run; want %s or a new run from row %d", k, p, i, next[k], exp, w[0])
+			}
+		}
+	}
+	most := 0
+	for k, w := range want {
+		if next[k] != len(w) {
+			t.Fatalf("key %s: the last run ends after %d of its %d rows", k, next[k], len(w))
+		}
+		most = max(most, runs[k])
+	}
+	return most
 }
