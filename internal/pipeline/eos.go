@@ -1,35 +1,36 @@
 package pipeline
 
-// Exactly-once delivery (kafka.delivery: exactly_once).
+// Exactly-once delivery (kafka.delivery: exactly_once): a thin loop around the delivery core
+// (internal/pipeline/delivery, Mode ExactlyOnce), which decides; this loop does the I/O it asks
+// for (the producer steps NewProducer, ReadBack, Abort, Begin, Produce, Flush, Commit; then
+// Source.Confirm) and feeds the results back.
 //
-//	source.Next ──txCh──▶ loop: collect a batch of whole source transactions
-//	                        (≤ MaxRecords records, ≤ MaxBytes, ≤ Linger after its first record)
-//	                      BeginTxn
-//	                        produce every record in source order (poison rows: their dead letters)
-//	                        produce the batch's end position to offsets.topic
-//	                        wait for every ack
-//	                      CommitTxn ──▶ Source.Confirm(end)
+//	source.Next ──txCh──▶ loop: Accept(chunk) ─▶ core ─▶ Ready: Begin, Sends (records flow into
+//	                      the open Kafka transaction as chunks arrive), at a batch's end the
+//	                      position record, Flush, Commit ──▶ Source.Confirm(end)
 //
-// The position travels inside the Kafka transaction that carries the records before it, so
-// "records visible to read_committed consumers" and "position stored" are one atomic event. On
-// start the runner first initialises its transactional id (fencing any older instance and
-// aborting what it left open), then reads the committed position (read_committed) and opens the
-// source there. A crash anywhere therefore loses nothing and duplicates nothing for
-// read_committed consumers: before the commit, the transaction is aborted and redone from the
-// source; after it, the source is re-read from the committed position, and the slot, confirmed
-// only after the commit, still has everything after it.
+// One Kafka transaction per batch: small source transactions are grouped (≤ MaxRecords, ≤
+// MaxBytes, ≤ Linger), a chunked (huge) source transaction gets one of its own, and a batch is due
+// only after a transaction's last chunk. The position travels inside the Kafka transaction that
+// carries the records before it, so "records visible to read_committed consumers" and "position
+// stored" are one atomic event.
 //
-// Failures inside a transaction never commit it. The runner aborts and produces the same batch
-// again (the source's transactions are kept in memory until committed):
-//   - a record Kafka refuses for good (too large, invalid record, ...) is dead-lettered in the
-//     redone transaction. A broker refuses a whole request for one record, so records that failed
-//     together are first re-sent alone (after everything before them is acked, with nothing
-//     after them in flight) to find the culprit;
-//   - transient errors: abort, back off (capped exponential), produce the batch again;
-//   - CommitTxn failing leaves the outcome unknown: the runner initialises its transactional id
-//     again (which settles the transaction either way) and reads the committed position back:
-//     the batch's end means committed, the previous position means not, and it is redone;
-//   - PRODUCER_FENCED: another producer initialised the same transactional id: stop, exit 1.
+// Crash argument (in full at the top of delivery/eos_front.go): read_committed never sees a partial
+// source transaction, because all of it and the position of its end are in one Kafka transaction,
+// committed only when every record of it was acked, and aborted otherwise (by this runner, by the
+// next InitProducerID of the transactional id, or by the broker's transaction timeout); and never
+// sees one twice, because the committed position is that transaction's end, the source re-reads only
+// after it, and the source is confirmed only after the commit. On start the runner first
+// initialises its transactional id (fencing any older instance and aborting what it left open),
+// then reads the committed position (read_committed) and opens the source there.
+//
+// Failures inside a transaction never commit it: the core aborts and produces the batch again —
+// from memory while it is ≤ RetainBytes, else by re-reading it from the committed position
+// (findings re-applied by ordinal); poison records are isolated by re-sending the records that
+// failed together one at a time; a commit with an unknown outcome is settled by reading the
+// committed position back (before and after initialising the id again); PRODUCER_FENCED stops.
+// A source transaction whose Kafka transaction would outlive kafka.transaction_timeout is aborted
+// and the run fails loudly with the fix.
 
 import (
 	"context"
@@ -41,6 +42,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/pipeline/delivery"
 	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/source"
@@ -85,21 +87,24 @@ type EOSOptions struct {
 	DLQTopic        string
 	DLQBreaker      Breaker
 
-	MaxRecords      int           // records per Kafka transaction (default 1000; a bigger source transaction goes whole)
-	MaxBytes        int           // record bytes per Kafka transaction (default 4 MiB)
-	MaxRecordBytes  int           // the producer's record size limit; bigger dead letters lose their value (default 1 MiB)
-	Linger          time.Duration // how long a batch waits for more after its first record (default 50ms)
-	IdleInterval    time.Duration // how often a batch with only idle progress is committed (default 1s)
-	TxBuffer        int           // transactions read ahead (default 1024)
-	ReadAheadRows   int           // rows read ahead of the batch, across those transactions (default 2048)
-	ReadAheadBytes  int           // bytes (source.ChunkBytes) read ahead, across those transactions (default 4 MiB; see newReadBudget)
-	ShutdownTimeout time.Duration // how long a stop may take to commit the current batch (default 30s)
-	RetryMin        time.Duration // backoff between attempts of a failing batch (default 100ms)
-	RetryMax        time.Duration // (default 10s)
-	Log             *slog.Logger
-	Metrics         Metrics
-	OnCommit        func(offsets.Position) // after each commit
-	OnOpen          func()                 // each time the source has been opened
+	MaxRecords       int           // records per Kafka transaction (default 1000; a bigger source transaction goes whole)
+	MaxBytes         int           // record bytes per Kafka transaction (default 4 MiB)
+	RetainBytes      int           // a batch keeps its records for an in-memory redo up to this (default MaxBytes); past it a redo re-reads
+	MaxInflight      int           // unacked records in the open Kafka transaction (default 4096)
+	MaxInflightBytes int           // their bytes (default 16 MiB)
+	MaxRecordBytes   int           // the producer's record size limit; bigger dead letters lose their value (default 1 MiB)
+	Linger           time.Duration // how long a batch waits for more after its first record (default 50ms)
+	IdleInterval     time.Duration // how often a batch with only idle progress is committed (default 1s)
+	TxBuffer         int           // transactions read ahead (default 1024)
+	ReadAheadRows    int           // rows read ahead of the batch, across those transactions (default 2048)
+	ReadAheadBytes   int           // bytes (source.ChunkBytes) read ahead, across those transactions (default 4 MiB; see newReadBudget)
+	ShutdownTimeout  time.Duration // how long a stop may take to commit the current batch (default 30s)
+	RetryMin         time.Duration // backoff between attempts of a failing batch (default 100ms)
+	RetryMax         time.Duration // (default 10s)
+	Log              *slog.Logger
+	Metrics          Metrics
+	OnCommit         func(offsets.Position) // after each commit
+	OnOpen           func()                 // each time the source has been opened
 	// TxnTimeout is the producer's transaction timeout (kafka.transaction_timeout): the broker
 	// aborts a Kafka transaction open longer (default 60s, as sink/kafka.DefaultTxnTimeout).
 	TxnTimeout time.Duration
@@ -160,7 +165,7 @@ func (o *EOSOptions) defaults() {
 
 // ErrFenced marks the error RunExactlyOnce returns when another producer took over its
 // transactional id.
-var ErrFenced = errors.New("producer fenced")
+var ErrFenced = delivery.ErrFenced
 
 // CrashEnv is the environment variable of the test-only crash hook (see CrashHook).
 const CrashEnv = "OUTBOXD_TEST_CRASH_AT"
@@ -196,77 +201,8 @@ func CrashHook(spec string, log *slog.Logger, exit func()) (func(string), error)
 	}, nil
 }
 
-// item is one captured row of a batch.
-type item struct {
-	row        *source.Row
-	pos        offsets.Position // end of its source transaction
-	commitTime time.Time
-	rec        sink.Record // the routed record, as far as it could be built
-	dead       bool        // dead-lettered (stage, reason, cause)
-	stage      string
-	reason     string
-	cause      error
-	suspect    bool // failed together with others: send alone next time
-	dlqSuspect bool // its dead letter failed together with others
-	logged     bool // its dead-lettering was logged
-}
-
-type eosBatch struct {
-	txs       int
-	items     []*item
-	bytes     int
-	end       offsets.Position
-	firstRec  time.Time // when its first record arrived (zero: none yet)
-	posSusp   bool      // the position record failed together with others
-	firstDone bool      // at least one transaction
-}
-
-func (b *eosBatch) add(tx source.Tx, route func(*source.Row) (sink.Record, error)) {
-	b.txs++
-	b.firstDone = true
-	b.end = tx.Position
-	if len(tx.Rows) > 0 && b.firstRec.IsZero() {
-		b.firstRec = time.Now()
-	}
-	for i := range tx.Rows {
-		it := &item{row: &tx.Rows[i], pos: tx.Position, commitTime: tx.CommitTime}
-		rec, err := route(it.row)
-		it.rec = rec
-		if err != nil {
-			it.dead, it.stage, it.reason, it.cause = true, "transform", reasonOf(err), err
-		}
-		b.items = append(b.items, it)
-		b.bytes += rec.Size()
-	}
-}
-
-// txBytes approximates the record bytes of tx before routing.
-func txBytes(tx source.Tx) int {
-	n := 0
-	for _, r := range tx.Rows {
-		for _, v := range r.Values {
-			n += len(v.Bytes)
-		}
-		n += 64
-	}
-	return n
-}
-
-type eosRunner struct {
-	o          EOSOptions
-	log        *slog.Logger
-	prod       TxnProducer
-	src        source.Source
-	committed  offsets.Position
-	work       context.Context // ends ShutdownTimeout after the run context
-	budget     *stopBudget     // the stop's one deadline (work ends at it)
-	backoff    *backoff
-	lastCommit time.Time
-}
-
 // RunExactlyOnce runs the exactly-once pipeline until ctx is cancelled (a graceful stop: stop
-// reading, commit the batch being built, return nil) or a fatal error. See the comment at the
-// top of eos.go.
+// reading, commit the batch being built, return nil) or a fatal error. See the top of eos.go.
 func RunExactlyOnce(ctx context.Context, o EOSOptions) error {
 	o.defaults()
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
@@ -278,7 +214,7 @@ func RunExactlyOnce(ctx context.Context, o EOSOptions) error {
 		context.AfterFunc(work, func() { t.Stop() })
 	})
 	defer stopAfter()
-	r := &eosRunner{o: o, log: o.Log, work: work, budget: budget, backoff: newBackoff(o.RetryMin, o.RetryMax)}
+	r := &eosRunner{o: o, log: o.Log, work: work, budget: budget, wake: make(chan struct{}, 1)}
 	defer func() {
 		if r.prod != nil {
 			r.closeProducer()
@@ -290,121 +226,114 @@ func RunExactlyOnce(ctx context.Context, o EOSOptions) error {
 	prod, err := o.NewProducer()
 	if err != nil {
 		if fatal, why := o.Fatal(err); fatal {
-			return r.fatalErr(err, why)
+			if o.Fenced(err) {
+				return fmt.Errorf("%w: another producer initialised transactional id %q (kafka.transactional_id): %v", ErrFenced, o.TransactionalID, err)
+			}
+			return fmt.Errorf("%s (transactional id %q): %w", why, o.TransactionalID, err)
 		}
 		return fmt.Errorf("transactional producer (transactional id %s): %w", o.TransactionalID, err)
 	}
 	r.prod = prod
-	if r.committed, err = o.Store.Load(ctx); err != nil {
+	committed, err := o.Store.Load(ctx)
+	if err != nil {
 		return fmt.Errorf("load the committed position: %w", err)
 	}
-	if r.committed == "" {
+	if committed == "" {
 		r.log.Info("no committed position: the source picks the start (its own log line says where)", "transactional_id", o.TransactionalID)
 	} else {
-		r.log.Info("resuming from the committed position", "position", string(r.committed), "transactional_id", o.TransactionalID)
+		r.log.Info("resuming from the committed position", "position", string(committed), "transactional_id", o.TransactionalID)
 	}
-	r.lastCommit = time.Now()
-
+	r.core = delivery.New(r.coreConfig(), committed)
 	return runSessions(ctx, r.o.NewSource, r.o.OnOpen, r.log, func(src source.Source) { r.src = src },
-		func() offsets.Position { return r.committed }, r.stream, "what was read is committed")
-}
-
-func (r *eosRunner) fatalErr(err error, why string) error {
-	if r.o.Fenced(err) {
-		return fmt.Errorf("%w: another producer initialised transactional id %q (kafka.transactional_id) — another outboxd with the same "+
-			"transactional id, or the broker aborted this instance's transaction after its timeout; stopping without committing the current batch. "+
-			"Nothing is lost: the instance that took over, or this one restarted, resumes from the committed position %s",
-			ErrFenced, r.o.TransactionalID, r.committed)
-	}
-	return fmt.Errorf("%s (transactional id %q): %w", why, r.o.TransactionalID, err)
+		r.core.Stored, r.stream, "what was read is committed")
 }
 
 // stream runs one source session: (nil, nil) on a graceful stop, (srcErr, nil) when the source
-// failed and what it delivered was committed, (nil, err) on a fatal error.
+// failed (or the core asked to reopen) and what it delivered was committed, (nil, err) on a
+// fatal error.
 func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
 	readCtx, stopReading := context.WithCancel(ctx)
 	defer stopReading()
-	budget := newRowBudget(r.o.ReadAheadRows)
+	budget := newReadBudget(r.o.ReadAheadRows, r.o.ReadAheadBytes)
 	txCh, errCh, wait := readTransactions(readCtx, r.src, r.o.TxBuffer, budget)
-	defer wait()
-
-	b := &eosBatch{}
+	defer func() { stopReading(); wait() }()
+	c := r.core
+	c.Open()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	reading := true
+	var held *source.Tx // read, waiting for CanAccept
+	reading, ending, stopped := true, false, false
 	for {
-		// When is b due? Full: now. With records: Linger after the first. Idle progress
-		// only: IdleInterval after the last commit.
-		var due time.Time
-		switch {
-		case !b.firstDone:
-		case len(b.items) >= r.o.MaxRecords || b.bytes >= r.o.MaxBytes:
-			due = time.Now()
-		case !b.firstRec.IsZero():
-			due = b.firstRec.Add(r.o.Linger)
-		default:
-			due = r.lastCommit.Add(r.o.IdleInterval)
-		}
-		var timerC <-chan time.Time
-		if !due.IsZero() {
-			if d := time.Until(due); d <= 0 {
-				if err := r.commitBatch(b); err != nil {
-					stopReading()
-					return nil, err
-				}
-				b = &eosBatch{}
-				continue
-			} else {
-				timer.Reset(d)
-				timerC = timer.C
+		rd := c.Ready()
+		if rd.Err != nil {
+			if errors.Is(rd.Err, delivery.ErrShutdownTimeout) {
+				return nil, shutdownTimeout{rd.Err}
 			}
+			return nil, rd.Err
+		}
+		step := r.execute(rd)
+		c.Advance()
+		r.o.Metrics.Inflight(c.Inflight())
+		if step != nil {
+			step(time.Now())
+			continue // its result may ask for the next step at once
+		}
+		if rd.Reopen {
+			stopReading()
+			return delivery.ErrReopen, nil
+		}
+		if rd.Done {
+			return srcErr, nil
+		}
+		if held != nil && c.CanAccept(len(held.Rows), held.Bytes) {
+			tx := held
+			held = nil
+			budget.free(len(tx.Rows), tx.Bytes)
+			r.o.Metrics.EventsRead(len(tx.Rows))
+			if err := c.Accept(time.Now(), tx); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if ending && held == nil && !stopped {
+			select {
+			case tx := <-txCh: // read before the source failed
+				held = &tx
+				continue
+			default:
+			}
+			stopped = true
+			c.SourceEnded(time.Now(), time.Now().Add(100*365*24*time.Hour))
+			continue
 		}
 		var in <-chan source.Tx
-		if reading {
+		if reading && held == nil {
 			in = txCh
 		}
-		// take adds tx to b, committing b first when tx would overfill it (a source
-		// transaction is never split).
-		take := func(tx source.Tx) error {
-			budget.release(len(tx.Rows))
-			if len(b.items) > 0 && (len(b.items)+len(tx.Rows) > r.o.MaxRecords || b.bytes+txBytes(tx) > r.o.MaxBytes) {
-				if err := r.commitBatch(b); err != nil {
-					return err
-				}
-				b = &eosBatch{}
-			}
-			b.add(tx, r.o.Route)
-			r.o.Metrics.EventsRead(len(tx.Rows))
-			return nil
+		var timerC <-chan time.Time
+		if !rd.WakeAt.IsZero() {
+			timer.Reset(max(time.Until(rd.WakeAt), 0))
+			timerC = timer.C
 		}
 		select {
 		case tx := <-in:
-			if err := take(tx); err != nil {
-				stopReading()
-				return nil, err
-			}
-		case <-timerC:
+			held = &tx
+		case <-r.wake:
+			r.deliverOutcomes()
+		case now := <-timerC:
+			c.Tick(now)
 		case err := <-errCh:
 			reading = false
-			// Transactions read before the error are whole: take them too.
-			for more := true; more; {
-				select {
-				case tx := <-txCh:
-					if err := take(tx); err != nil {
-						return nil, err
-					}
-				default:
-					more = false
-				}
-			}
 			if ctx.Err() == nil {
-				srcErr = err
+				srcErr, ending = err, true
 			}
+			errCh = nil
 		case <-ctx.Done():
-			if reading {
+			if !stopped {
 				stopReading()
-				reading = false
-				r.log.Info("stopping: no more reads, committing the current batch", "records", len(b.items))
+				reading, stopped, held = false, true, nil
+				r.log.Info("stopping: no more reads, committing the current batch", "records", c.Inflight())
+				c.Stop(time.Now(), r.budget.start())
 			}
 		}
 		if !timer.Stop() {
@@ -413,13 +342,11 @@ func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
 			default:
 			}
 		}
-		if !reading {
-			if b.firstDone {
-				if err := r.commitBatch(b); err != nil {
-					return nil, err
-				}
-			}
-			return srcErr, nil
-		}
 	}
 }
+
+// shutdownTimeout makes the core's ErrShutdownTimeout also match this package's.
+type shutdownTimeout struct{ error }
+
+func (e shutdownTimeout) Is(target error) bool { return target == ErrShutdownTimeout }
+func (e shutdownTimeout) Unwrap() error        { return e.error }

@@ -39,6 +39,7 @@ type fakeCluster struct {
 	transientLeft int                     // the next N flushes fail transiently
 	commitFails   []string                // per Commit: "" ok, "before" (error, not committed), "after" (error, committed), "taken" (error, not committed; another instance committed position 77)
 	failInit      int                     // the next N initialisations fail
+	reqSize       int                     // >0: every reqSize queued records go out as one request without a Flush
 }
 
 var (
@@ -77,7 +78,7 @@ func (c *fakeCluster) newProducer() (TxnProducer, error) {
 	c.epoch++
 	c.inits++
 	c.open = nil // initialising aborts what an older producer left open
-	return &fakeTxn{c: c, epoch: c.epoch, ready: true}, nil
+	return &fakeTxn{c: c, epoch: c.epoch, ready: true, reqSize: c.reqSize}, nil
 }
 
 func (c *fakeCluster) committed() []sink.Record {
@@ -94,6 +95,7 @@ type fakeTxn struct {
 	inTxn   bool
 	failErr error // the transaction failed: every later record fails with this
 	queued  []fakeQueued
+	reqSize int
 }
 
 type fakeQueued struct {
@@ -116,6 +118,9 @@ func (p *fakeTxn) Produce(_ context.Context, rec *sink.Record, done func(error))
 		return errors.New("no transaction")
 	}
 	p.queued = append(p.queued, fakeQueued{rec: *rec, done: done})
+	if p.reqSize > 0 && len(p.queued) >= p.reqSize {
+		p.Flush(context.Background())
+	}
 	return nil
 }
 
@@ -288,18 +293,27 @@ func ids(recs []sink.Record, topic string) []string {
 	return out
 }
 
+// txs builds source transactions, one per spec: row ids separated by spaces ("id@aggregate" for
+// another topic), "|" cutting the transaction into chunks (More on all but the last; the
+// position, the spec's number, on the last).
 func txs(spec ...string) []source.Tx {
 	var out []source.Tx
 	for i, s := range spec {
-		tx := source.Tx{Position: offsets.Position(fmt.Sprintf("%02d", i+1))}
-		for _, r := range strings.Fields(s) {
-			id, agg, _ := strings.Cut(r, "@")
-			if agg == "" {
-				agg = "order"
+		chunks := strings.Split(s, "|")
+		for j, c := range chunks {
+			tx := source.Tx{More: j < len(chunks)-1}
+			if !tx.More {
+				tx.Position = offsets.Position(fmt.Sprintf("%02d", i+1))
 			}
-			tx.Rows = append(tx.Rows, row(id, agg))
+			for _, r := range strings.Fields(c) {
+				id, agg, _ := strings.Cut(r, "@")
+				if agg == "" {
+					agg = "order"
+				}
+				tx.Rows = append(tx.Rows, row(id, agg))
+			}
+			out = append(out, tx)
 		}
-		out = append(out, tx)
 	}
 	return out
 }
@@ -601,7 +615,7 @@ func TestCrashHook(t *testing.T) {
 // The mid_batch crash point passes inside an open Kafka transaction: some of the batch's records
 // are acked there, none is committed, and the position is not stored.
 func TestEOSCrashMidBatch(t *testing.T) {
-	c := &fakeCluster{}
+	c := &fakeCluster{reqSize: 2}
 	src := &fakeSource{txs: txs("a b c", "d e f")}
 	o := eosOptions(c, src)
 	o.MaxRecords = 100
@@ -915,8 +929,9 @@ func TestEOSReadAheadBoundedByRows(t *testing.T) {
 	read := src.rows.Load()
 	cancel()
 	<-errc
-	// batch (MaxRecords 4) + budget (10) + the one transaction the reader waits to hand over.
-	if read > 4+10+1 {
+	// batch (MaxRecords 4) + the transaction that starts the next batch (the core holds it until
+	// the batch commits) + budget (10) + the one transaction the reader waits to hand over.
+	if read > 4+1+10+1 {
 		t.Fatalf("read %d rows ahead of a stalled Kafka with ReadAheadRows 10", read)
 	}
 	if read < 4 {
