@@ -187,17 +187,24 @@ func (a *assembler) xaQuery(h *replication.EventHeader, q []byte) error {
 		}
 		return nil
 	case hasPrefixFold(q, qXACommit):
-		if a.inTx && !bytes.Contains(bytes.ToUpper(q), qOnePhase) && len(a.rows) > 0 {
-			return stop(fmt.Errorf("binlog %s:%d: %q inside a transaction with outbox rows: outboxd cannot tell which rows it commits; stopping before any position past it is stored. "+
+		if a.inTx && !bytes.Contains(bytes.ToUpper(q), qOnePhase) && a.txRows+len(a.rows) > 0 {
+			return stop(fmt.Errorf("binlog %s:%d: %q inside a transaction with outbox rows%s: outboxd cannot tell which rows it commits; stopping before any position past it is stored. "+
 				"Report this binlog sequence (mysqlbinlog --start-position around %d); to go on, re-publish the transaction's outbox rows from the table and "+
-				"move the stored position past it with `outboxd offsets set --position <the position after it>`", a.file, h.LogPos, q, h.LogPos))
+				"move the stored position past it with `outboxd offsets set --position <the position after it>`", a.file, h.LogPos, q, a.chunkNote(), h.LogPos))
 		}
 		return a.commit(h) // one phase: this transaction; else the outcome group of a prepared one
 	case hasPrefixFold(q, qXARollback):
+		if a.txRows > 0 {
+			// Unlike a plain ROLLBACK (non-transactional tables keep their rows), an XA ROLLBACK
+			// undoes the rows earlier chunks published: stop, loudly.
+			return stop(fmt.Errorf("binlog %s:%d: an XA transaction was rolled back (%q)%s; the rolled-back rows do not exist in the table. "+
+				"outboxd stops before any position past it is stored; to go on, remove those rows' events downstream if they matter (under exactly_once none is visible) and "+
+				"move the stored position past the transaction with `outboxd offsets set --position <the position after it>`", a.file, h.LogPos, q, a.chunkNote()))
+		}
 		if len(a.rows) > 0 {
 			a.log.Warn("binlog XA transaction rolled back; its outbox rows are not published", "rows", len(a.rows), "file", a.file, "log_pos", h.LogPos)
 		}
-		a.rows = nil
+		a.rows, a.rowBytes = nil, 0
 		return a.commit(h)
 	}
 	return nil // XA END, XA PREPARE (MySQL logs the prepare as its own event)
@@ -216,14 +223,14 @@ func (a *assembler) xaQuery(h *replication.EventHeader, q []byte) error {
 // prepared XA transaction with outbox rows stops outboxd, loudly, before its position is
 // stored; one without outbox rows is a transaction like any other.
 func (a *assembler) xaPrepare(h *replication.EventHeader) error {
-	if len(a.rows) > 0 {
+	if n := a.txRows + len(a.rows); n > 0 {
 		a.failTx(fmt.Errorf("an XA transaction was prepared with %d outbox row(s) (XA START ... XA PREPARE); outboxd does not publish rows of "+
 			"XA transactions, which the binlog splits into a prepare and a later XA COMMIT (holding them safely across a restart is not possible "+
 			"with one forward-moving position); fix: do not write outbox rows inside XA transactions; for this one, once it is committed "+
 			"(XA COMMIT), re-publish its outbox rows from the table and move the stored position past it with "+
-			"`outboxd offsets set --position <the position after it>`", len(a.rows)))
+			"`outboxd offsets set --position <the position after it>`", n))
 	}
-	a.rows = nil
+	a.rows, a.rowBytes = nil, 0
 	return a.commit(h)
 }
 

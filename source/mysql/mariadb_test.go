@@ -77,7 +77,7 @@ func harness(t *testing.T, m *testenv.MariaDB, table, idType string, useGTID *bo
 	}
 	serverID := serverIDs.Add(1)
 	cfg := Config{Start: "current", DSN: m.DSN("app"), Tables: []string{"app." + table}, ServerID: serverID, UseGTID: useGTID, AllowMinimalRowMetadata: true,
-		HeartbeatPeriod: time.Second}
+		HeartbeatPeriod: time.Second, ChunkRows: 7}
 	return sourcetest.Harness{
 		Table:     "app." + table,
 		NewSource: func(t *testing.T) source.Source { return New(cfg, testLogger()) },
@@ -108,7 +108,8 @@ func harness(t *testing.T, m *testenv.MariaDB, table, idType string, useGTID *bo
 			})
 			mustExec(t, c, "INSERT INTO other (note) VALUES ('not an outbox row')")
 		},
-		Compare: ComparePosition,
+		Compare:   ComparePosition,
+		ChunkRows: 7,
 	}
 }
 

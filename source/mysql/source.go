@@ -1,6 +1,7 @@
 // Package mysql is the MySQL / MariaDB binlog source: it reads the server's binary log as a
 // replica (go-mysql's BinlogSyncer) and hands the pipeline the INSERTs into the configured outbox
-// tables, one whole transaction at a time, in commit order.
+// tables, transaction by transaction in commit order, each in chunks of bounded size
+// (Config.ChunkRows, Config.ChunkBytes).
 //
 // Positions (offsets.Position) are GTID positions when the server has GTIDs — MariaDB
 // "domain-server-seq" per domain ("0-1-42", "0-1-42,1-2-7"), MySQL executed sets
@@ -49,9 +50,11 @@ var ErrClosed = errors.New("mysql source closed")
 //     file or GTID and how to recover), when the server's binlog settings make capture
 //     impossible (log_bin, binlog_format=ROW, binlog_row_image=FULL), and on connection or
 //     privilege errors (REPLICATION SLAVE / REPLICATION CLIENT, or BINLOG MONITOR on MariaDB).
-//   - Next delivers transactions with outbox inserts at their XID (or COMMIT) event, and empty
-//     idle-progress transactions (see assembler). A lost connection is re-established from
-//     the last transaction boundary, for up to Config.ReconnectTimeout.
+//   - Next delivers transactions with outbox inserts in chunks as their rows events arrive,
+//     the last at their XID (or COMMIT) event, and empty idle-progress transactions (see
+//     assembler). A lost connection is re-established from the last transaction boundary, for
+//     up to Config.ReconnectTimeout; inside a chunked transaction, the rows already handed out
+//     are skipped when it is read again.
 //   - Confirm records the position and returns: MySQL keeps no server-side cursor for a
 //     replica, so there is nothing to tell the server. Retention is the server's binlog expiry.
 type Source struct {
@@ -158,6 +161,7 @@ func (s *Source) Open(ctx context.Context, from offsets.Position) error {
 		}
 	}
 	s.asm = newAssembler(start.core(), s.captured, tracker, s.info.mariadb, s.cfg.IdleProgressInterval, s.log)
+	s.asm.capRows, s.asm.capBytes = s.cfg.ChunkRows, s.cfg.ChunkBytes
 	s.configure(s.asm, tracker)
 	s.log.Info("mysql source opening", "server", s.dsn.Redacted(), "version", s.info.version,
 		"flavor", s.info.flavor(), "positions", kind.String(), "from", start.String(), "column_names", names,

@@ -17,9 +17,17 @@ import (
 	"github.com/outboxd/outboxd/source"
 )
 
-// assembler turns the binlog event stream into whole transactions, in commit order, each with
-// the position just after it. It does no I/O of its own (the schema tracker may read
-// information_schema when a DDL cannot be followed).
+// assembler turns the binlog event stream into transactions, in commit order, each with the
+// position just after it, handed out in chunks (source.Tx) of bounded size. It does no I/O of
+// its own (the schema tracker may read information_schema when a DDL cannot be followed).
+//
+// Chunks (capRows, capBytes; see Config.ChunkRows): a rows event whose rows would push the
+// transaction's pending rows past a cap first queues the pending rows as a chunk with More set;
+// the event's rows start the next chunk. The granularity is one rows event (the server cuts
+// those at binlog_row_event_max_size, 8 KiB by default), so a chunk exceeds a cap only when one
+// event alone does. The transaction's end queues its last chunk with the position, also without
+// rows when earlier chunks went out. A reconnect inside a chunked transaction reads it again
+// from its start and skips the rows already handed out (skipRows).
 //
 // Transaction boundaries: a transaction starts at BEGIN (a Query event; MySQL) or at a MariaDB
 // GTID event without the standalone flag, and ends at its XID event, or at a COMMIT Query
@@ -64,9 +72,15 @@ type assembler struct {
 	gno        int64
 	hasMySQL   bool
 	commitTime time.Time
-	rows       []source.Row
-	stopErr    error // this transaction must stop outboxd: returned at its end (see failTx)
-	warnedStmt bool  // a statement-format DML on another table was logged once
+	rows       []source.Row // the pending chunk's rows (not yet handed out)
+	rowBytes   int          // their size, source.RowBytes summed
+	txRows     int          // rows of this transaction handed out in earlier chunks
+	skipRows   int          // rows to skip when this transaction is read again after a reconnect
+	stopErr    error        // this transaction must stop outboxd: returned at its end (see failTx)
+
+	warnedStmt bool // a statement-format DML on another table was logged once
+
+	capRows, capBytes int // chunk caps (0 or less: none)
 
 	descs  map[string]*tableDesc // by configured table name
 	ready  []source.Tx           // finished transactions: ready[head:]
@@ -76,7 +90,8 @@ type assembler struct {
 	// Chunks the rows and values of small rows events are carved from (see carve).
 	rowChunk   []source.Row
 	valChunk   []source.Value
-	chunkBytes int // size of the rows events carved from the current chunks
+	chunkBytes int  // size of the rows events carved from the current chunks
+	bigEvent   bool // the last rows event carve saw was too big to be carved
 }
 
 // Rows and values of small rows events are carved from chunks shared by many transactions: one
@@ -122,10 +137,21 @@ func (a *assembler) resume() position {
 }
 
 // dropPartial forgets the transaction being read (the connection was lost inside it; it is
-// read again from its start after reconnecting).
+// read again from its start after reconnecting). Rows of it already handed out in chunks stay
+// counted (txRows) and are skipped when it is read again, so none is handed out twice.
 func (a *assembler) dropPartial() {
 	a.inTx, a.hasMaria, a.hasMySQL, a.rows, a.commitTime = false, false, false, nil, time.Time{}
+	a.rowBytes, a.skipRows = 0, a.txRows
 	a.stopErr = nil
+}
+
+// chunkNote is added to the errors that end a transaction after some of its rows were handed
+// out in earlier chunks.
+func (a *assembler) chunkNote() string {
+	if a.txRows == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (a big transaction: %d of its outbox rows were already handed out in earlier chunks; under kafka.delivery at_least_once they may already be in Kafka, exactly_once aborts them)", a.txRows)
 }
 
 // pop returns the next finished transaction, if any.
@@ -221,11 +247,13 @@ func (a *assembler) begin(h *replication.EventHeader) error {
 	if a.stopErr != nil {
 		return stop(fmt.Errorf("binlog %s:%d: %w", a.file, h.LogPos, a.stopErr))
 	}
-	if len(a.rows) > 0 {
-		return stop(fmt.Errorf("binlog %s:%d: a transaction with %d outbox row(s) has no end event (no XID, COMMIT or XA PREPARE) before the next one begins; "+
-			"outboxd stops instead of dropping them: report this binlog sequence (mysqlbinlog --start-position around %d)", a.file, h.LogPos, len(a.rows), h.LogPos))
+	if a.inTx && a.txRows+len(a.rows) > 0 {
+		return stop(fmt.Errorf("binlog %s:%d: a transaction with %d outbox row(s) has no end event (no XID, COMMIT or XA PREPARE) before the next one begins%s; "+
+			"outboxd stops instead of dropping them: report this binlog sequence (mysqlbinlog --start-position around %d)", a.file, h.LogPos, a.txRows+len(a.rows), a.chunkNote(), h.LogPos))
 	}
-	a.inTx, a.rows = true, nil
+	// txRows and skipRows are not reset: they are 0 here, or this is the transaction read again
+	// after a reconnect (dropPartial).
+	a.inTx, a.rows, a.rowBytes = true, nil, 0
 	return nil
 }
 
@@ -246,11 +274,18 @@ func (a *assembler) query(h *replication.EventHeader, e *replication.QueryEvent)
 	case bytes.EqualFold(q, qCommit):
 		return a.commit(h)
 	case bytes.EqualFold(q, qRollback):
-		if len(a.rows) > 0 {
+		switch {
+		case a.txRows > 0:
+			// Earlier chunks are out: they cannot be taken back. The transaction ends here like
+			// a committed one (its position moves on); the pending rows are dropped.
+			a.log.Warn("binlog transaction ends in ROLLBACK (it touched a non-transactional table) after some of its outbox rows were already published in earlier chunks (a big transaction): "+
+				"those cannot be taken back; its remaining rows are not published",
+				"published_rows", a.txRows, "dropped_rows", len(a.rows), "file", a.file, "log_pos", h.LogPos)
+		case len(a.rows) > 0:
 			a.log.Warn("binlog transaction ends in ROLLBACK (it touched a non-transactional table); its outbox rows are not published",
 				"rows", len(a.rows), "file", a.file, "log_pos", h.LogPos)
 		}
-		a.rows = nil
+		a.rows, a.rowBytes = nil, 0
 		return a.commit(h)
 	}
 	// A data change logged as a statement (binlog_format STATEMENT or MIXED in some session)
@@ -285,6 +320,9 @@ func (a *assembler) rowsEvent(h *replication.EventHeader, e *replication.RowsEve
 			return err
 		}
 	}
+	if a.stopErr != nil {
+		return nil // the transaction stops outboxd at its end: its rows are never handed out
+	}
 	if err := checkImage(name, e); err != nil {
 		a.failTx(err)
 		return nil
@@ -296,25 +334,63 @@ func (a *assembler) rowsEvent(h *replication.EventHeader, e *replication.RowsEve
 	if err != nil {
 		return fmt.Errorf("binlog %s:%d: %w", a.file, h.LogPos, err)
 	}
-	n := len(d.cols)
-	vals := a.carve(h, len(e.Rows), n)
+	n, k := len(d.cols), len(e.Rows)
+	vals := a.carve(h, k, n)
+	size := 0
 	for i, r := range e.Rows {
 		v := vals[i*n : (i+1)*n : (i+1)*n]
 		if err := decodeRow(d.cols, r, v); err != nil {
 			return stop(fmt.Errorf("binlog %s:%d: table %s: %w", a.file, h.LogPos, name, err))
 		}
-		a.rows = append(a.rows, source.Row{Table: name, Columns: d.names, Values: v})
+		size += source.RowOverhead
+		for j := range v {
+			size += len(v[j].Bytes)
+		}
 	}
+	skip := 0
+	if a.skipRows > 0 { // read again after a reconnect: these rows were handed out already
+		skip = min(a.skipRows, k)
+		a.skipRows -= skip
+		if skip == k {
+			return nil
+		}
+		size = 0
+		for _, v := range vals[skip*n:] {
+			size += len(v.Bytes)
+		}
+		size += (k - skip) * source.RowOverhead
+	}
+	if m := len(a.rows); m > 0 && (a.capRows > 0 && m+k-skip > a.capRows || a.capBytes > 0 && a.rowBytes+size > a.capBytes) {
+		a.cut(h)
+	}
+	a.roomRows(k - skip)
+	for i := skip; i < k; i++ {
+		a.rows = append(a.rows, source.Row{Table: name, Columns: d.names, Values: vals[i*n : (i+1)*n : (i+1)*n]})
+	}
+	a.rowBytes += size
 	return nil
 }
 
-// carve returns zeroed values for k rows of n columns of the rows event h, and makes sure a.rows
-// has room for the k rows. Small events take both from the current chunks (see chunkRows).
+// cut queues the pending rows as a chunk with More set (see assembler).
+func (a *assembler) cut(h *replication.EventHeader) {
+	ct := a.commitTime
+	if ct.IsZero() {
+		ct = time.Unix(int64(h.Timestamp), 0)
+	}
+	a.ready = append(a.ready, source.Tx{CommitTime: ct, Rows: a.rows, More: true, Bytes: a.rowBytes})
+	a.txRows += len(a.rows)
+	a.rows, a.rowBytes = nil, 0
+}
+
+// carve returns zeroed values for k rows of n columns of the rows event h. Small events take
+// them from the current chunk (see chunkRows); roomRows then gives a.rows room for the rows.
 func (a *assembler) carve(h *replication.EventHeader, k, n int) []source.Value {
 	size := int(h.EventSize)
 	if size > chunkEventBytes/8 || k > chunkRows/4 || k*n > chunkValues/4 {
+		a.bigEvent = true
 		return make([]source.Value, k*n)
 	}
+	a.bigEvent = false
 	if a.chunkBytes += size; a.chunkBytes > chunkEventBytes {
 		a.rowChunk, a.valChunk, a.chunkBytes = nil, nil, size
 	}
@@ -323,14 +399,22 @@ func (a *assembler) carve(h *replication.EventHeader, k, n int) []source.Value {
 	}
 	vals := a.valChunk[: k*n : k*n]
 	a.valChunk = a.valChunk[k*n:]
-	if a.rows == nil { // the transaction's first rows event (later ones grow a.rows by append)
-		if len(a.rowChunk) < k {
-			a.rowChunk = make([]source.Row, chunkRows)
-		}
-		a.rows = a.rowChunk[:0:k]
-		a.rowChunk = a.rowChunk[k:]
-	}
 	return vals
+}
+
+// roomRows makes sure a.rows has room for k more rows. The first rows event of a chunk (a.rows
+// nil: a transaction's first, or the first after a cut) takes its rows from the current row
+// chunk when the event was small (carve); later ones grow a.rows by append. A chunk's row slice
+// is never shared with another chunk's.
+func (a *assembler) roomRows(k int) {
+	if a.rows != nil || a.bigEvent || k > chunkRows/4 {
+		return
+	}
+	if len(a.rowChunk) < k {
+		a.rowChunk = make([]source.Row, chunkRows)
+	}
+	a.rows = a.rowChunk[:0:k]
+	a.rowChunk = a.rowChunk[k:]
 }
 
 // desc returns the description of a captured table (name as configured) for the layout of tm.
@@ -381,22 +465,27 @@ func (a *assembler) commit(h *replication.EventHeader) error {
 			a.committed = offsets.Position(a.mysql.String())
 		}
 	}
-	if len(a.rows) > 0 && (a.kind == kindMariaGTID && !a.hasMaria || a.kind == kindMySQLGTID && !a.hasMySQL) {
+	if a.txRows+len(a.rows) > 0 && (a.kind == kindMariaGTID && !a.hasMaria || a.kind == kindMySQLGTID && !a.hasMySQL) {
 		a.log.Warn("transaction without a GTID in GTID mode: its position is that of the previous transaction, so a restart may publish it again",
 			"file", a.file, "log_pos", h.LogPos)
 	}
 	if a.stopErr != nil {
-		return stop(fmt.Errorf("binlog %s:%d: %w (outboxd stored no position past this transaction; the position just after it is %s)",
-			a.file, h.LogPos, a.stopErr, a.committed))
+		return stop(fmt.Errorf("binlog %s:%d: %w%s (outboxd stored no position past this transaction; the position just after it is %s)",
+			a.file, h.LogPos, a.stopErr, a.chunkNote(), a.committed))
+	}
+	if a.skipRows > 0 {
+		return stop(fmt.Errorf("binlog %s:%d: a transaction read again after a reconnect has %d outbox row(s) fewer than were handed out before the connection was lost "+
+			"(%d): the binlog changed under outboxd; outboxd stops (the position just after this transaction is %s): report this binlog sequence", a.file, h.LogPos, a.skipRows, a.txRows, a.committed))
 	}
 	ct := a.commitTime
 	if ct.IsZero() {
 		ct = time.Unix(int64(h.Timestamp), 0)
 	}
-	rows := a.rows
+	rows, size, chunked := a.rows, a.rowBytes, a.txRows > 0
 	a.inTx, a.hasMaria, a.hasMySQL, a.rows, a.commitTime = false, false, false, nil, time.Time{}
-	if len(rows) > 0 {
-		a.ready = append(a.ready, source.Tx{Position: a.committed, CommitTime: ct, Rows: rows})
+	a.rowBytes, a.txRows = 0, 0
+	if len(rows) > 0 || chunked { // the last chunk of a chunked transaction, even without rows
+		a.ready = append(a.ready, source.Tx{Position: a.committed, CommitTime: ct, Rows: rows, Bytes: size})
 		a.emitted, a.lastEmit = a.committed, a.now()
 		return nil
 	}

@@ -104,11 +104,19 @@ func insertEvent(t *testing.T, tx pgx.Tx, ev sourcetest.Event) {
 	}
 }
 
+// conformanceChunkRows is the chunk row cap of the conformance suite's sources: small, so its
+// big transaction is fast.
+const conformanceChunkRows = 7
+
 func TestConformance(t *testing.T) {
 	dsn, conn := testDB(t, "conformance")
 	h := sourcetest.Harness{
-		Table:     "public.outbox",
-		NewSource: func(t *testing.T) source.Source { return newTestSource(dsn, "conformance") },
+		Table: "public.outbox",
+		NewSource: func(t *testing.T) source.Source {
+			return New(Config{DSN: dsn, Tables: []string{"public.outbox"}, Slot: "conformance", Publication: "conformance",
+				StandbyTimeout: testStandby, ChunkRows: conformanceChunkRows}, testLog())
+		},
+		ChunkRows: conformanceChunkRows,
 		Insert: func(t *testing.T, evs ...sourcetest.Event) {
 			inTx(t, conn, false, func(tx pgx.Tx) {
 				for _, ev := range evs {

@@ -47,6 +47,10 @@ type Harness struct {
 	// Equal compares two positions of this source: it reports whether a is before b (-1), equal
 	// (0) or after (1). Used to check monotonicity.
 	Compare func(a, b offsets.Position) int
+	// ChunkRows is the row cap of one chunk the sources NewSource returns are configured with
+	// (keep it small, e.g. 7, so the suite stays fast). Required: the suite checks that a larger
+	// transaction arrives in chunks. Insert must write one row per statement.
+	ChunkRows int
 }
 
 var seq int
@@ -111,6 +115,51 @@ func Run(t *testing.T, h Harness) {
 			t.Fatalf("implausible commit time %v", tx.CommitTime)
 		}
 	}
+
+	// A transaction larger than one chunk: several chunks, in order, complete, the position on
+	// the last only.
+	t.Run("big transaction in chunks", func(t *testing.T) {
+		if h.ChunkRows <= 0 {
+			t.Fatalf("Harness.ChunkRows is %d: configure the adapter's chunk row cap (e.g. 7) and set it", h.ChunkRows)
+		}
+		evs := make([]Event, 2*h.ChunkRows+3)
+		for i := range evs {
+			evs[i] = NewEvent(fmt.Sprintf("big-%d", i))
+		}
+		h.Insert(t, evs...)
+		chunks := nextChunks(t, ctx, src, h, &last)
+		if len(chunks) < 2 {
+			t.Fatalf("a transaction of %d rows came as %d chunk(s), want at least 2 (ChunkRows %d)", len(evs), len(chunks), h.ChunkRows)
+		}
+		var rows []source.Row
+		for i, c := range chunks {
+			isLast := i == len(chunks)-1
+			switch {
+			case c.More == isLast:
+				t.Errorf("chunk %d of %d: More %v", i, len(chunks), c.More)
+			case !isLast && c.Position != "":
+				t.Errorf("chunk %d of %d (More) has a position %s", i, len(chunks), c.Position)
+			case isLast && c.Position == "":
+				t.Errorf("the last chunk has no position")
+			case !isLast && len(c.Rows) == 0:
+				t.Errorf("chunk %d of %d (More) has no rows", i, len(chunks))
+			case len(c.Rows) > h.ChunkRows:
+				t.Errorf("chunk %d has %d rows, more than ChunkRows %d (one row per statement)", i, len(c.Rows), h.ChunkRows)
+			case c.CommitTime.IsZero() || time.Since(c.CommitTime) > time.Hour:
+				t.Errorf("chunk %d: implausible commit time %v", i, c.CommitTime)
+			}
+			if c.Bytes != 0 && c.Bytes != source.ChunkBytes(&source.Tx{Rows: c.Rows}) {
+				t.Errorf("chunk %d: Bytes %d, its rows say %d", i, c.Bytes, source.ChunkBytes(&source.Tx{Rows: c.Rows}))
+			}
+			rows = append(rows, c.Rows...)
+		}
+		if len(rows) != len(evs) {
+			t.Fatalf("chunks hold %d rows, the transaction %d", len(rows), len(evs))
+		}
+		for i, ev := range evs {
+			checkRow(t, h.Table, rows[i], ev)
+		}
+	})
 
 	// Ordering, atomicity, rollback, insert-then-delete, other tables, updates and deletes.
 	a1, a2, a3 := NewEvent("a"), NewEvent("a"), NewEvent("b")
@@ -194,6 +243,34 @@ func Run(t *testing.T, h Harness) {
 			}
 		}
 	})
+}
+
+// nextChunks returns the chunks of the next transaction that has rows (idle progress before it
+// is skipped), checking position monotonicity against *last.
+func nextChunks(t *testing.T, ctx context.Context, s source.Source, h Harness, last *offsets.Position) []source.Tx {
+	t.Helper()
+	var chunks []source.Tx
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+		tx, err := s.Next(rctx)
+		rcancel()
+		if err != nil {
+			t.Fatalf("Next (after %d chunks): %v", len(chunks), err)
+		}
+		if tx.Position != "" {
+			if *last != "" && h.Compare(tx.Position, *last) < 0 {
+				t.Fatalf("position went backwards: %s after %s", tx.Position, *last)
+			}
+			*last = tx.Position
+		}
+		if len(chunks) == 0 && !tx.More && len(tx.Rows) == 0 {
+			continue // idle progress
+		}
+		chunks = append(chunks, tx)
+		if !tx.More {
+			return chunks
+		}
+	}
 }
 
 func checkRow(t *testing.T, table string, r source.Row, ev Event) {
