@@ -49,6 +49,7 @@ func main() {
 	flag.IntVar(&o.LargeTxRows, "large-tx-rows", 0, "memory-large-tx: rows of the one ~300 B-payload transaction (default 1000000)")
 	flag.IntVar(&o.LargeTxBig, "large-tx-big", 0, "memory-large-tx: rows of the one big-payload transaction (default 1000)")
 	flag.IntVar(&o.LargeTxPayload, "large-tx-payload", 0, "memory-large-tx: payload bytes of the big rows (default 999000, under Kafka's 1 MiB default record limit)")
+	flag.IntVar(&o.LargeTxPerTx, "large-tx-per-tx", 0, "memory-large-tx comparison: the same rows in transactions of this many rows instead of one (big rows: as many as make ~300 KB)")
 	flag.StringVar(&largeCases, "large-tx-cases", "", "memory-large-tx: comma-separated case globs, e.g. 'pg-rows-alo,mariadb-*-eos' (ids: {pg,mariadb}-{rows,big}-{alo,eos}; default all)")
 	flag.IntVar(&o.LargeTxRSSCapMiB, "large-tx-rss-cap", 0, "memory-large-tx: kill outboxd once its VmRSS passes this many MiB (default 4096)")
 	flag.DurationVar(&o.LargeTxTimeout, "large-tx-timeout", 0, "memory-large-tx: give up on a case after this long (default 10m)")

@@ -67,6 +67,7 @@ type Options struct {
 	LargeTxRows      int           // memory-large-tx: rows of the one ~300 B-payload transaction (default 1000000)
 	LargeTxBig       int           // memory-large-tx: rows of the one big-payload transaction (default 1000)
 	LargeTxPayload   int           // memory-large-tx: payload bytes of its big rows (default 999000: under Kafka's 1 MiB default)
+	LargeTxPerTx     int           // memory-large-tx comparison: the same rows in transactions of this many rows (big rows: as many as make ~300 KB); 0 = one transaction
 	LargeTxCases     []string      // memory-large-tx: case ids to run, path.Match globs ("pg-rows-alo", "mariadb-*-eos"; empty: all)
 	LargeTxRSSCapMiB int           // memory-large-tx: kill outboxd above this VmRSS (default 4096; the figure is then a lower bound)
 	LargeTxTimeout   time.Duration // memory-large-tx: give up on a case after this long (default 10m)
@@ -171,6 +172,7 @@ type Report struct {
 		LargeTxRows     int      `json:"large_tx_rows,omitempty"`
 		LargeTxBig      int      `json:"large_tx_big,omitempty"`
 		LargeTxPayload  int      `json:"large_tx_payload,omitempty"`
+		LargeTxPerTx    int      `json:"large_tx_per_tx,omitempty"`
 		OffsetsDir      string   `json:"offsets_dir,omitempty"`
 	} `json:"options"`
 	Results []Result `json:"results"`
@@ -237,6 +239,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	rep.Options.OffsetsDir = o.OffsetsDir
 	if len(o.Only) == 0 || slices.Contains(o.Only, largeScenario) {
 		rep.Options.LargeTxRows, rep.Options.LargeTxBig, rep.Options.LargeTxPayload = o.LargeTxRows, o.LargeTxBig, o.LargeTxPayload
+		rep.Options.LargeTxPerTx = o.LargeTxPerTx
 	}
 
 	e, err := startEnv(ctx, &o)

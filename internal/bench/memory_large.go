@@ -31,20 +31,33 @@ type largeShape struct {
 	key       string  // "rows" or "big": the case id's middle part
 	rows      int     // rows in the one transaction
 	payload   int     // payload bytes of each row; 0 = the ~300-byte order document
+	perTx     int     // 0: one transaction; else the rows in transactions of perTx rows (a comparison, -large-tx-per-tx)
 	targetMiB float64 // issue 13's peak RSS target
 }
 
 func (s largeShape) label() string {
+	if s.perTx > 0 {
+		if s.payload == 0 {
+			return fmt.Sprintf("%d rows in %d-row transactions (~300 B payloads)", s.rows, s.perTx)
+		}
+		return fmt.Sprintf("%d rows × %d B payloads in %d-row transactions", s.rows, s.payload, s.perTx)
+	}
 	if s.payload == 0 {
 		return fmt.Sprintf("one %d-row transaction (~300 B payloads)", s.rows)
 	}
 	return fmt.Sprintf("one transaction of %d rows × %d B payloads", s.rows, s.payload)
 }
 
+// largeShapes: with LargeTxPerTx the big-payload rows go in transactions of
+// max(1, LargeTxPerTx*payload/1 MiB) rows (about the bytes of one ~300 B chunk).
 func largeShapes(o *Options) []largeShape {
+	bigPer := 0
+	if o.LargeTxPerTx > 0 {
+		bigPer = max(1, int(int64(o.LargeTxPerTx)*300/int64(max(1, o.LargeTxPayload))))
+	}
 	return []largeShape{
-		{key: "rows", rows: o.LargeTxRows, targetMiB: 64},
-		{key: "big", rows: o.LargeTxBig, payload: o.LargeTxPayload, targetMiB: 96},
+		{key: "rows", rows: o.LargeTxRows, perTx: o.LargeTxPerTx, targetMiB: 64},
+		{key: "big", rows: o.LargeTxBig, payload: o.LargeTxPayload, perTx: bigPer, targetMiB: 96},
 	}
 }
 

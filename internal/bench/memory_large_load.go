@@ -21,29 +21,45 @@ import (
 // {"ts": <16 digits>, "blob": "<row>-<blocks>"} of at most payload bytes.
 func bigBlocks(payload int) int { return max(1, (payload-64)/32) }
 
-// pgLoadOneTx inserts sh.rows rows in one transaction, then one marker row in a transaction of
-// its own, and returns the WAL LSN between the two: a stored position past it covers the big
-// transaction (it committed before; a keepalive position past it can come only after it).
-func pgLoadOneTx(ctx context.Context, dsn string, sh largeShape) (beforeMarker string, err error) {
-	var ins string
-	if sh.payload == 0 {
-		ins = fmt.Sprintf(`INSERT INTO %s (id, aggregatetype, aggregateid, type, payload)
-SELECT gen_random_uuid(), %s, 'customer-' || (i %% 1000), 'OrderCreated', %s
-FROM generate_series(1, %d) AS i`, pgTable, pgAggTypeSQL, pgPayloadSQL, sh.rows)
-	} else {
-		ins = fmt.Sprintf(`INSERT INTO %s (id, aggregatetype, aggregateid, type, payload)
-SELECT gen_random_uuid(), 'big', 'big-' || i, 'Blob',
-	jsonb_build_object('ts', (extract(epoch from clock_timestamp()) * 1000000)::bigint, 'blob', i::text || '-' || b.blob)
-FROM generate_series(1, %d) AS i,
-	(SELECT string_agg(md5(k::text), '') AS blob FROM generate_series(1, %d) AS k) AS b`, pgTable, sh.rows, bigBlocks(sh.payload))
+// txSpans cuts rows 1..rows into the transactions of sh: one, or perTx rows each.
+func (s largeShape) txSpans() [][2]int {
+	per := s.perTx
+	if per <= 0 {
+		per = s.rows
 	}
+	var spans [][2]int
+	for from := 1; from <= s.rows; from += per {
+		spans = append(spans, [2]int{from, min(from+per-1, s.rows)})
+	}
+	return spans
+}
+
+// pgLoadOneTx inserts sh.rows rows in one transaction (perTx: in transactions of perTx rows),
+// then one marker row in a transaction of its own, and returns the WAL LSN between the two: a
+// stored position past it covers the big transaction (it committed before; a keepalive
+// position past it can come only after it).
+func pgLoadOneTx(ctx context.Context, dsn string, sh largeShape) (beforeMarker string, err error) {
 	c, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return "", err
 	}
 	defer c.Close(context.Background())
-	if _, err := c.Exec(ctx, ins); err != nil {
-		return "", fmt.Errorf("load the %d-row transaction: %w", sh.rows, err)
+	for _, sp := range sh.txSpans() {
+		var ins string
+		if sh.payload == 0 {
+			ins = fmt.Sprintf(`INSERT INTO %s (id, aggregatetype, aggregateid, type, payload)
+SELECT gen_random_uuid(), %s, 'customer-' || (i %% 1000), 'OrderCreated', %s
+FROM generate_series(%d, %d) AS i`, pgTable, pgAggTypeSQL, pgPayloadSQL, sp[0], sp[1])
+		} else {
+			ins = fmt.Sprintf(`INSERT INTO %s (id, aggregatetype, aggregateid, type, payload)
+SELECT gen_random_uuid(), 'big', 'big-' || i, 'Blob',
+	jsonb_build_object('ts', (extract(epoch from clock_timestamp()) * 1000000)::bigint, 'blob', i::text || '-' || b.blob)
+FROM generate_series(%d, %d) AS i,
+	(SELECT string_agg(md5(k::text), '') AS blob FROM generate_series(1, %d) AS k) AS b`, pgTable, sp[0], sp[1], bigBlocks(sh.payload))
+		}
+		if _, err := c.Exec(ctx, ins); err != nil {
+			return "", fmt.Errorf("load rows %d-%d in one transaction: %w", sp[0], sp[1], err)
+		}
 	}
 	if err := c.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&beforeMarker); err != nil {
 		return "", err
@@ -54,21 +70,27 @@ FROM generate_series(1, %d) AS i,
 	return beforeMarker, nil
 }
 
-// myLoadOneTx inserts sh.rows rows in one transaction (one INSERT … SELECT over MariaDB's
-// sequence engine, seq_1_to_N).
+// myLoadOneTx inserts sh.rows rows in one transaction (perTx: in transactions of perTx rows):
+// one autocommit INSERT … SELECT over MariaDB's sequence engine (seq_FROM_to_TO) each.
 func myLoadOneTx(ctx context.Context, srv *myServer, sh largeShape) error {
-	if sh.payload == 0 {
-		return srv.exec(ctx, fmt.Sprintf(`INSERT INTO %s (id, aggregatetype, aggregateid, type, payload)
-SELECT UUID(), ELT(1 + i %% 4, 'order', 'customer', 'payment', 'shipment'), CONCAT('customer-', i %% 1000), 'OrderCreated', %s
-FROM (SELECT seq AS i FROM %s.seq_1_to_%d) AS s`, myFull, myPayloadSQL, myDB, sh.rows))
+	sql := []string{`SET SESSION group_concat_max_len = 67108864`}
+	if sh.payload > 0 {
+		sql = append(sql, fmt.Sprintf(`SET @outboxd_bench_blob = (SELECT GROUP_CONCAT(MD5(seq) SEPARATOR '') FROM %s.seq_1_to_%d)`,
+			myDB, bigBlocks(sh.payload)))
 	}
-	return srv.exec(ctx,
-		`SET SESSION group_concat_max_len = 67108864`,
-		fmt.Sprintf(`SET @outboxd_bench_blob = (SELECT GROUP_CONCAT(MD5(seq) SEPARATOR '') FROM %s.seq_1_to_%d)`, myDB, bigBlocks(sh.payload)),
-		fmt.Sprintf(`INSERT INTO %s (id, aggregatetype, aggregateid, type, payload)
+	for _, sp := range sh.txSpans() {
+		if sh.payload == 0 {
+			sql = append(sql, fmt.Sprintf(`INSERT INTO %s (id, aggregatetype, aggregateid, type, payload)
+SELECT UUID(), ELT(1 + i %% 4, 'order', 'customer', 'payment', 'shipment'), CONCAT('customer-', i %% 1000), 'OrderCreated', %s
+FROM (SELECT seq AS i FROM %s.seq_%d_to_%d) AS s`, myFull, myPayloadSQL, myDB, sp[0], sp[1]))
+			continue
+		}
+		sql = append(sql, fmt.Sprintf(`INSERT INTO %s (id, aggregatetype, aggregateid, type, payload)
 SELECT UUID(), 'big', CONCAT('big-', i), 'Blob',
 	JSON_OBJECT('ts', CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS UNSIGNED), 'blob', CONCAT(i, '-', @outboxd_bench_blob))
-FROM (SELECT seq AS i FROM %s.seq_1_to_%d) AS s`, myFull, myDB, sh.rows))
+FROM (SELECT seq AS i FROM %s.seq_%d_to_%d) AS s`, myFull, myDB, sp[0], sp[1]))
+	}
+	return srv.exec(ctx, sql...)
 }
 
 // readDistinctIDs reads topics from the start with isolation level read_committed (what a

@@ -155,3 +155,20 @@ func TestMemoryLargeTxTiny(t *testing.T) {
 		t.Fatalf("report:\n%s", out.String())
 	}
 }
+
+// txSpans: one transaction, or perTx-row transactions covering 1..rows without gaps.
+func TestTxSpans(t *testing.T) {
+	one := largeShape{rows: 10}.txSpans()
+	if len(one) != 1 || one[0] != [2]int{1, 10} {
+		t.Fatalf("one transaction: %v", one)
+	}
+	sp := largeShape{rows: 10, perTx: 4}.txSpans()
+	if len(sp) != 3 || sp[0] != [2]int{1, 4} || sp[1] != [2]int{5, 8} || sp[2] != [2]int{9, 10} {
+		t.Fatalf("perTx 4: %v", sp)
+	}
+	o := &Options{LargeTxRows: 1000, LargeTxBig: 10, LargeTxPayload: 999000, LargeTxPerTx: 1024}
+	shapes := largeShapes(o)
+	if shapes[0].perTx != 1024 || shapes[1].perTx != 1 || !strings.Contains(shapes[1].label(), "in 1-row transactions") {
+		t.Fatalf("shapes with LargeTxPerTx: %+v", shapes)
+	}
+}
