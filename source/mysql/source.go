@@ -340,7 +340,12 @@ func (s *Source) recover(ctx context.Context, streamErr error) error {
 		s.asm.dropPartial()
 		err := s.startStream(ctx, s.asm.resume())
 		if err == nil {
-			s.log.Info("binlog connection re-established", "from", resume.String())
+			if n := s.asm.skipRows; n > 0 {
+				s.log.Info("binlog connection re-established inside a transaction handed out in chunks: it is read again from its start, skipping the rows already handed out",
+					"from", resume.String(), "skip_rows", n)
+			} else {
+				s.log.Info("binlog connection re-established", "from", resume.String())
+			}
 			return nil
 		}
 		if errors.Is(err, ErrClosed) || fatalServerError(err) || ctx.Err() != nil {
