@@ -261,7 +261,8 @@ func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
 	c.Open()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	var held *source.Tx // read, waiting for CanAccept
+	var held source.Tx // read, waiting for CanAccept (when hasHeld)
+	hasHeld := false
 	reading, ending, stopped := true, false, false
 	for {
 		rd := c.Ready()
@@ -285,20 +286,19 @@ func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
 		if rd.Done {
 			return srcErr, nil
 		}
-		if held != nil && c.CanAccept(len(held.Rows), held.Bytes) {
-			tx := held
-			held = nil
-			budget.free(len(tx.Rows), tx.Bytes)
-			r.o.Metrics.EventsRead(len(tx.Rows))
-			if err := c.Accept(time.Now(), tx); err != nil {
+		if hasHeld && c.CanAccept(len(held.Rows), held.Bytes) {
+			hasHeld = false
+			budget.free(len(held.Rows), held.Bytes)
+			r.o.Metrics.EventsRead(len(held.Rows))
+			if err := c.Accept(time.Now(), &held); err != nil {
 				return nil, err
 			}
 			continue
 		}
-		if ending && held == nil && !stopped {
+		if ending && !hasHeld && !stopped {
 			select {
-			case tx := <-txCh: // read before the source failed
-				held = &tx
+			case held = <-txCh: // read before the source failed
+				hasHeld = true
 				continue
 			default:
 			}
@@ -307,7 +307,7 @@ func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
 			continue
 		}
 		var in <-chan source.Tx
-		if reading && held == nil {
+		if reading && !hasHeld {
 			in = txCh
 		}
 		var timerC <-chan time.Time
@@ -316,8 +316,8 @@ func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
 			timerC = timer.C
 		}
 		select {
-		case tx := <-in:
-			held = &tx
+		case held = <-in:
+			hasHeld = true
 		case <-r.wake:
 			r.deliverOutcomes()
 		case now := <-timerC:
@@ -331,7 +331,7 @@ func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
 		case <-ctx.Done():
 			if !stopped {
 				stopReading()
-				reading, stopped, held = false, true, nil
+				reading, stopped, hasHeld = false, true, false
 				r.log.Info("stopping: no more reads, committing the current batch", "records", c.Inflight())
 				c.Stop(time.Now(), r.budget.start())
 			}

@@ -29,7 +29,8 @@ type item struct {
 	rec        sink.Record
 	commitTime time.Time
 	where      Where
-	bytes      int // source.RowBytes: the in-flight charge
+	bytes      int  // source.RowBytes: the in-flight charge
+	snd        sent // its send in the current attempt (one per attempt: the record or its dead letter)
 }
 
 // finding is what an attempt learnt about one record; it survives redos.
@@ -71,7 +72,9 @@ type batch struct {
 	// the current attempt
 	begun     bool
 	begunAt   time.Time
-	toSend    []*item
+	queue     []*item // to send: queue[qi:]
+	qi        int
+	posSnd    sent
 	posSent   bool
 	failed    bool
 	newFind   bool
@@ -97,6 +100,15 @@ func (b *batch) fits(cfg *Config, ch *source.Tx) bool {
 		return true
 	}
 	return b.n == 0 || b.n+len(ch.Rows) <= cfg.BatchRecords && b.bytes+source.ChunkBytes(ch) <= cfg.BatchBytes
+}
+
+func (b *batch) queued() int { return len(b.queue) - b.qi }
+
+func (b *batch) pop() {
+	b.queue[b.qi] = nil
+	if b.qi++; b.qi == len(b.queue) {
+		b.queue, b.qi = b.queue[:0], 0
+	}
 }
 
 func (b *batch) finding(ord int) *finding {
@@ -163,7 +175,7 @@ func (e *eosCore) add(now time.Time, ch *source.Tx) {
 		b.bytes += rec.Size()
 		b.pendRecs++
 		b.pendBytes += it.bytes
-		b.toSend = append(b.toSend, it)
+		b.queue = append(b.queue, it)
 		if !b.spilled {
 			b.kept = append(b.kept, it)
 		}
@@ -285,7 +297,7 @@ func (e *eosCore) pump(now time.Time) {
 		return
 	}
 	due := e.isDue(now, b)
-	if len(b.toSend) > 0 || due && !b.posSent {
+	if b.queued() > 0 || due && !b.posSent {
 		if !b.begun {
 			b.begun, b.begunAt = true, now
 			c.rd.Begin, e.phase = true, phBegin // the sends below go in the same Ready
@@ -338,8 +350,8 @@ func (e *eosCore) sendQueued(now time.Time, due bool) bool {
 		}
 		return false
 	}
-	for len(b.toSend) > 0 {
-		it := b.toSend[0]
+	for b.queued() > 0 {
+		it := b.queue[b.qi]
 		f := b.finding(it.ord)
 		alone := f != nil && (f.dead && f.dlqSuspect || !f.dead && f.suspect)
 		if alone && (len(e.sends) > 0 || len(c.rd.Sends) > 0) {
@@ -348,8 +360,9 @@ func (e *eosCore) sendQueued(now time.Time, due bool) bool {
 			}
 			return false
 		}
-		b.toSend = b.toSend[1:]
-		s := &sent{it: it, alone: alone}
+		b.pop()
+		s := &it.snd
+		*s = sent{it: it, alone: alone}
 		if f != nil && f.dead {
 			s.dlq = true
 			s.rec = e.cfg.DeadLetter(it.rec, it.row, f.stage, f.reason, f.cause.Error(), it.where, now)
@@ -374,7 +387,8 @@ func (e *eosCore) sendQueued(now time.Time, due bool) bool {
 			return false
 		}
 		b.posSent = true
-		e.emit(&sent{alone: b.posSusp, rec: e.cfg.PositionRecord(b.end)})
+		b.posSnd = sent{alone: b.posSusp, rec: e.cfg.PositionRecord(b.end)}
+		e.emit(&b.posSnd)
 		if b.posSusp {
 			if e.phase == phIdle {
 				e.phase, c.rd.Flush = phFlush, true
@@ -524,7 +538,7 @@ func (e *eosCore) restart(now time.Time, transient bool) {
 			"records", b.n, "suspects", susp, "batch_end", string(b.end))
 	}
 	b.begun, b.posSent, b.failed, b.newFind = false, false, false, false
-	b.toSend = append(b.toSend[:0], b.kept...)
+	b.queue, b.qi = append(b.queue[:0], b.kept...), 0
 	b.pendRecs, b.pendBytes = 0, 0
 	for _, it := range b.kept {
 		b.pendRecs++

@@ -152,7 +152,8 @@ func (e *eosCore) accept(now time.Time, ch *source.Tx) error {
 	}
 	e.started = true
 	if e.b != nil && !e.inTx && !e.b.fits(e.cfg, ch) {
-		e.held, e.heldT = ch, now // the current batch is due; ch starts the next one
+		cp := *ch
+		e.held, e.heldT = &cp, now // the current batch is due; ch starts the next one
 		e.b.due = true
 		e.pump(now)
 		return nil
@@ -210,7 +211,7 @@ func (e *eosCore) refused(now time.Time, id ID, err error) {
 	} else {
 		b.posSent = false
 	}
-	b.toSend = append(back, b.toSend...)
+	b.queue, b.qi = append(back, b.queue[b.qi:]...), 0
 	e.refusal(s, err)
 }
 
@@ -414,9 +415,9 @@ func (e *eosCore) check() error {
 		return errors.New("eos: the position record was sent before the last chunk of the batch's transaction")
 	}
 	if e.core.rd.Commit {
-		if b.failed || len(e.sends) != 0 || !b.posSent || len(b.toSend) != 0 || b.pendRecs != 0 || e.inTx {
+		if b.failed || len(e.sends) != 0 || !b.posSent || b.queued() != 0 || b.pendRecs != 0 || e.inTx {
 			return fmt.Errorf("eos: Commit asked with failed=%v, %d sends outstanding, position sent %v, %d queued, %d unresolved, open transaction %v",
-				b.failed, len(e.sends), b.posSent, len(b.toSend), b.pendRecs, e.inTx)
+				b.failed, len(e.sends), b.posSent, b.queued(), b.pendRecs, e.inTx)
 		}
 	}
 	return nil
