@@ -116,51 +116,6 @@ func Run(t *testing.T, h Harness) {
 		}
 	}
 
-	// A transaction larger than one chunk: several chunks, in order, complete, the position on
-	// the last only.
-	t.Run("big transaction in chunks", func(t *testing.T) {
-		if h.ChunkRows <= 0 {
-			t.Fatalf("Harness.ChunkRows is %d: configure the adapter's chunk row cap (e.g. 7) and set it", h.ChunkRows)
-		}
-		evs := make([]Event, 2*h.ChunkRows+3)
-		for i := range evs {
-			evs[i] = NewEvent(fmt.Sprintf("big-%d", i))
-		}
-		h.Insert(t, evs...)
-		chunks := nextChunks(t, ctx, src, h, &last)
-		if len(chunks) < 2 {
-			t.Fatalf("a transaction of %d rows came as %d chunk(s), want at least 2 (ChunkRows %d)", len(evs), len(chunks), h.ChunkRows)
-		}
-		var rows []source.Row
-		for i, c := range chunks {
-			isLast := i == len(chunks)-1
-			switch {
-			case c.More == isLast:
-				t.Errorf("chunk %d of %d: More %v", i, len(chunks), c.More)
-			case !isLast && c.Position != "":
-				t.Errorf("chunk %d of %d (More) has a position %s", i, len(chunks), c.Position)
-			case isLast && c.Position == "":
-				t.Errorf("the last chunk has no position")
-			case !isLast && len(c.Rows) == 0:
-				t.Errorf("chunk %d of %d (More) has no rows", i, len(chunks))
-			case len(c.Rows) > h.ChunkRows:
-				t.Errorf("chunk %d has %d rows, more than ChunkRows %d (one row per statement)", i, len(c.Rows), h.ChunkRows)
-			case c.CommitTime.IsZero() || time.Since(c.CommitTime) > time.Hour:
-				t.Errorf("chunk %d: implausible commit time %v", i, c.CommitTime)
-			}
-			if c.Bytes != 0 && c.Bytes != source.ChunkBytes(&source.Tx{Rows: c.Rows}) {
-				t.Errorf("chunk %d: Bytes %d, its rows say %d", i, c.Bytes, source.ChunkBytes(&source.Tx{Rows: c.Rows}))
-			}
-			rows = append(rows, c.Rows...)
-		}
-		if len(rows) != len(evs) {
-			t.Fatalf("chunks hold %d rows, the transaction %d", len(rows), len(evs))
-		}
-		for i, ev := range evs {
-			checkRow(t, h.Table, rows[i], ev)
-		}
-	})
-
 	// Ordering, atomicity, rollback, insert-then-delete, other tables, updates and deletes.
 	a1, a2, a3 := NewEvent("a"), NewEvent("a"), NewEvent("b")
 	single := NewEvent("c")
@@ -193,7 +148,7 @@ func Run(t *testing.T, h Harness) {
 	b1, b2 := NewEvent("f"), NewEvent("g")
 	h.Insert(t, b1)
 	h.Insert(t, b2)
-	var b1pos offsets.Position
+	var b1pos, b2pos offsets.Position
 	t.Run("read past the stored position before restart", func(t *testing.T) {
 		tx := next(t, src)
 		expect(t, tx, b1)
@@ -226,7 +181,9 @@ func Run(t *testing.T, h Harness) {
 		}
 		defer s3.Close()
 		last = b1pos
-		expect(t, next(t, s3), b2)
+		tx := next(t, s3)
+		expect(t, tx, b2)
+		b2pos = tx.Position
 		// Nothing else is pending: Next must block until the deadline (idle progress allowed).
 		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
 		defer rcancel()
@@ -243,11 +200,101 @@ func Run(t *testing.T, h Harness) {
 			}
 		}
 	})
+
+	// A transaction larger than one chunk: several chunks, in order, complete, the position on
+	// the last only. A restart after its first chunk (nothing of it stored) reads it again from
+	// its first row; a restart from its end skips it.
+	t.Run("big transaction in chunks, again after a restart inside it", func(t *testing.T) {
+		if h.ChunkRows <= 0 {
+			t.Fatalf("Harness.ChunkRows is %d: configure the adapter's chunk row cap (e.g. 7) and set it", h.ChunkRows)
+		}
+		if b2pos == "" {
+			t.Skip("earlier subtest failed")
+		}
+		evs := make([]Event, 2*h.ChunkRows+3)
+		for i := range evs {
+			evs[i] = NewEvent(fmt.Sprintf("big-%d", i))
+		}
+		s4 := h.NewSource(t)
+		if err := s4.Open(ctx, b2pos); err != nil {
+			t.Fatalf("Open(%s): %v", b2pos, err)
+		}
+		h.Insert(t, evs...)
+		last = b2pos
+		first := nextChunks(t, ctx, s4, h, &last, 1)
+		checkChunked(t, h, first, evs, false)
+		s4.Close()
+
+		s5 := h.NewSource(t)
+		if err := s5.Open(ctx, b2pos); err != nil {
+			t.Fatalf("Open(%s): %v", b2pos, err)
+		}
+		last = b2pos
+		chunks := nextChunks(t, ctx, s5, h, &last, 0)
+		checkChunked(t, h, chunks, evs, true)
+		end := chunks[len(chunks)-1].Position
+		s5.Close()
+
+		s6 := h.NewSource(t)
+		if err := s6.Open(ctx, end); err != nil {
+			t.Fatalf("Open(%s): %v", end, err)
+		}
+		defer s6.Close()
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		defer rcancel()
+		for {
+			tx, err := s6.Next(rctx)
+			if err != nil {
+				break
+			}
+			if len(tx.Rows) > 0 || tx.More {
+				t.Fatalf("after a restart from the big transaction's end %s: %d rows (More %v)", end, len(tx.Rows), tx.More)
+			}
+		}
+	})
+}
+
+// checkChunked checks chunks against the transaction evs: several chunks when whole, More on
+// all but the last (which alone has a position), at most ChunkRows rows each, rows in order;
+// when whole, every row of evs.
+func checkChunked(t *testing.T, h Harness, chunks []source.Tx, evs []Event, whole bool) {
+	t.Helper()
+	if whole && len(chunks) < 2 {
+		t.Fatalf("a transaction of %d rows came as %d chunk(s), want at least 2 (ChunkRows %d)", len(evs), len(chunks), h.ChunkRows)
+	}
+	var rows []source.Row
+	for i, c := range chunks {
+		isLast := whole && i == len(chunks)-1
+		switch {
+		case c.More == isLast:
+			t.Errorf("chunk %d of %d: More %v", i, len(chunks), c.More)
+		case !isLast && c.Position != "":
+			t.Errorf("chunk %d of %d (More) has a position %s", i, len(chunks), c.Position)
+		case isLast && c.Position == "":
+			t.Errorf("the last chunk has no position")
+		case !isLast && len(c.Rows) == 0:
+			t.Errorf("chunk %d of %d (More) has no rows", i, len(chunks))
+		case len(c.Rows) > h.ChunkRows:
+			t.Errorf("chunk %d has %d rows, more than ChunkRows %d (one row per statement)", i, len(c.Rows), h.ChunkRows)
+		case c.CommitTime.IsZero() || time.Since(c.CommitTime) > time.Hour:
+			t.Errorf("chunk %d: implausible commit time %v", i, c.CommitTime)
+		}
+		if c.Bytes != 0 && c.Bytes != source.ChunkBytes(&source.Tx{Rows: c.Rows}) {
+			t.Errorf("chunk %d: Bytes %d, its rows say %d", i, c.Bytes, source.ChunkBytes(&source.Tx{Rows: c.Rows}))
+		}
+		rows = append(rows, c.Rows...)
+	}
+	if whole && len(rows) != len(evs) || len(rows) > len(evs) {
+		t.Fatalf("chunks hold %d rows, the transaction %d", len(rows), len(evs))
+	}
+	for i := range rows {
+		checkRow(t, h.Table, rows[i], evs[i])
+	}
 }
 
 // nextChunks returns the chunks of the next transaction that has rows (idle progress before it
-// is skipped), checking position monotonicity against *last.
-func nextChunks(t *testing.T, ctx context.Context, s source.Source, h Harness, last *offsets.Position) []source.Tx {
+// is skipped), checking position monotonicity against *last; at most max chunks (0: all).
+func nextChunks(t *testing.T, ctx context.Context, s source.Source, h Harness, last *offsets.Position, max int) []source.Tx {
 	t.Helper()
 	var chunks []source.Tx
 	for {
@@ -267,7 +314,7 @@ func nextChunks(t *testing.T, ctx context.Context, s source.Source, h Harness, l
 			continue // idle progress
 		}
 		chunks = append(chunks, tx)
-		if !tx.More {
+		if !tx.More || len(chunks) == max {
 			return chunks
 		}
 	}
