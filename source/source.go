@@ -50,7 +50,9 @@ func (r *Row) Get(name string) (Value, bool) {
 // the chunk fields means "a whole transaction".
 //
 // Sources cut chunks at their configured caps (rows and bytes; a single row larger than the byte
-// cap is a chunk alone), so memory held per chunk is bounded whatever the transaction's size.
+// cap is a chunk alone — MySQL cuts between rows events, so there one rows event larger than a
+// cap is), so memory held per chunk is bounded whatever the transaction's size. A source never
+// hands out a row twice between Open and Close, also when it reconnects inside a transaction.
 type Tx struct {
 	// Position is the end of this transaction: storing it means "this transaction and all before
 	// it are delivered". Positions handed out by one Source only ever move forward. It is set on
@@ -103,9 +105,11 @@ func RowBytes(r *Row) int {
 //     (slot lost, binlog purged): that is a loud error, never a silent skip. An empty `from`
 //     starts from wherever the source begins (a newly created slot, the current binlog end).
 //   - Next blocks until the next transaction is available or ctx is done (then it returns
-//     ctx.Err()). It never returns a transaction whose end is at or before `from`. Transactions
-//     come in commit order, each as consecutive chunks (see Tx); the first chunk after Open
-//     begins a transaction. Next is called from one goroutine only.
+//     ctx.Err()). It never returns a chunk of a transaction whose end is at or before `from`.
+//     Transactions come in commit order, each as consecutive chunks (see Tx); the first chunk
+//     after Open begins a transaction. A transaction that cannot be ended (a stop error after
+//     some of its chunks) ends Next with the error, never with a position. Next is called
+//     from one goroutine only.
 //   - Confirm tells the database that everything up to p is durably delivered (PostgreSQL:
 //     the slot's confirmed_flush_lsn). It may be called concurrently with Next, from one other
 //     goroutine, with non-decreasing positions. It must not block for long.
