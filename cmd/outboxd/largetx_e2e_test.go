@@ -13,31 +13,63 @@ import (
 const (
 	largeTxRows = 200_000
 	// killAfter is how many records of the big transaction must be in the topic before the
-	// SIGKILL: "some" (the kill comes while it is being delivered, not before).
-	killAfter = 5000
+	// SIGKILL: half, so that the kill comes while it is being delivered, and a runner that
+	// stores a position before every record is acked has had the time to do it (the wait checks
+	// the stored position against the topic at every step).
+	killAfter = largeTxRows / 2
 	preFirst  = 1_000_000 // rows of the small transaction written before the big one
 )
 
 // TestLargeTxCrash: one transaction of 200,000 outbox rows; outboxd is SIGKILLed while its
-// records are being written to Kafka (some in the topic, not all). While it is dead the stored
-// position (at_least_once: the offsets file; exactly_once: the last position in offsets.topic
-// visible to read_committed) does not cover the transaction and still covers the one before
-// (on PostgreSQL it may have moved to a keepalive position inside the big transaction's WAL,
-// before its commit: idle progress, from which the transaction is read again); exactly_once:
-// read_committed (kcat) sees none of the transaction's records although they are in the log. After a restart every row arrives
-// (at_least_once: duplicates allowed; exactly_once: read_committed sees each row exactly once
-// and nothing else).
+// records are being written to Kafka (half of them in the topic). Until then, at every step, a
+// stored position that covers the transaction must come with all of its records in the topic.
+// While it is dead the stored position (at_least_once: the offsets file; exactly_once: the last
+// position in offsets.topic visible to read_committed) does not cover the transaction and still
+// covers the one before (on PostgreSQL it may have moved to a keepalive position inside the big
+// transaction's WAL, before its commit: idle progress, from which the transaction is read
+// again); exactly_once: read_committed (kcat) sees none of the transaction's records although
+// they are in the log. After a restart every row arrives (at_least_once: duplicates allowed;
+// exactly_once: read_committed sees each row exactly once and nothing else).
 func TestLargeTxCrash(t *testing.T) {
 	for _, src := range []string{"postgres", "mariadb"} {
 		for _, mode := range []string{"at_least_once", "exactly_once"} {
-			t.Run(src+"/"+mode, func(t *testing.T) { testLargeTxCrash(t, src, mode == "exactly_once") })
+			t.Run(src+"/"+mode, func(t *testing.T) {
+				testLargeTxCrash(t, crashCase{src: src, eos: mode == "exactly_once", rows: largeTxRows})
+			})
 		}
 	}
 }
 
-func testLargeTxCrash(t *testing.T, src string, eos bool) {
+// heldRows is the size of the transaction of TestLargeTxCrashHeldRecord.
+const heldRows = 50_000
+
+// TestLargeTxCrashHeldRecord is TestLargeTxCrash with the window made certain: the first row of
+// the transaction goes to topic outbox.event.held, whose produce requests kfake refuses
+// (NOT_ENOUGH_REPLICAS, retried) until the restart. outboxd writes every other record of the
+// transaction to Kafka, and for 2 s more the stored position must still not cover it (a runner
+// that stores a position before every record of the transaction is acked, e.g. at its last
+// chunk, fails here); then SIGKILL and the checks of TestLargeTxCrash.
+func TestLargeTxCrashHeldRecord(t *testing.T) {
+	kfakeOnly(t, "refuses one topic's produce requests with a kfake fault hook (a single Apache Kafka node cannot refuse them retriably for one topic)")
+	for _, src := range []string{"postgres", "mariadb"} {
+		for _, mode := range []string{"at_least_once", "exactly_once"} {
+			t.Run(src+"/"+mode, func(t *testing.T) {
+				testLargeTxCrash(t, crashCase{src: src, eos: mode == "exactly_once", rows: heldRows, held: true})
+			})
+		}
+	}
+}
+
+type crashCase struct {
+	src  string
+	eos  bool
+	rows int
+	held bool // the transaction's first row to heldTopic, refused until the restart
+}
+
+func testLargeTxCrash(t *testing.T, cc crashCase) {
 	t0 := time.Now()
-	b := newBigEnv(t, src, eos)
+	b := newBigEnv(t, cc.src, cc.eos)
 	addr := b.broker.Addr()
 	p := b.start()
 	pre := b.insert(preFirst, 3)
@@ -45,15 +77,17 @@ func testLargeTxCrash(t *testing.T, src string, eos bool) {
 	p0 := b.position()
 	hwm0, lso0 := endOffsets(t, addr, bigTopic)
 
-	big := b.insert(1, largeTxRows)
+	killAt, hit, release := int64(cc.rows/2), func() bool { return true }, func() {}
+	if cc.held {
+		f := b.broker.Cluster().Fault(kfakeNER(heldTopic))
+		t.Cleanup(f.Remove)
+		hit, release = func() bool { return f.Hits() > 0 }, f.Remove
+		killAt, b.held = int64(cc.rows-1), 1
+	}
+	big := b.insert(1, cc.rows)
 	tIns := time.Now()
 	var inTopic int64
-	waitUntil(t, 3*time.Minute, "records of the big transaction in Kafka", func() bool {
-		select {
-		case <-p.done:
-			t.Fatalf("outboxd exited %d while delivering the big transaction:\n%s", p.code, p.out.String())
-		default:
-		}
+	noCover := func() {
 		var pos string
 		if !b.eos { // the file: cheap to read at every step (read before the topic: see below)
 			pos = b.position()
@@ -61,15 +95,32 @@ func testLargeTxCrash(t *testing.T, src string, eos bool) {
 		h, _ := endOffsets(t, addr, bigTopic)
 		inTopic = h - hwm0
 		// A position stored after every record was acked is read before offsets that include them.
-		if pos != "" && big.covers(pos) && inTopic < largeTxRows {
-			t.Fatalf("stored position %s covers the big transaction (%s) with only %d of its %d records in Kafka", pos, big.mark, inTopic, largeTxRows)
+		if pos != "" && big.covers(pos) && (cc.held || inTopic < int64(cc.rows)) {
+			t.Fatalf("stored position %s covers the big transaction (%s) with only %d of its %d records in Kafka", pos, big.mark, inTopic, cc.rows)
 		}
-		return inTopic >= killAfter
+	}
+	waitUntil(t, 3*time.Minute, "records of the big transaction in Kafka", func() bool {
+		select {
+		case <-p.done:
+			t.Fatalf("outboxd exited %d while delivering the big transaction:\n%s", p.code, p.out.String())
+		default:
+		}
+		noCover()
+		return inTopic >= killAt && hit()
 	})
+	if cc.held { // every record but the held one is in Kafka: a wrong runner stores now
+		for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			noCover()
+			if pos := b.position(); big.covers(pos) {
+				t.Fatalf("stored position %s covers the big transaction (%s) while its first record is not acked", pos, big.mark)
+			}
+		}
+	}
 	p.stop(t, syscall.SIGKILL)
+	release()
 	hwm, lso := endOffsets(t, addr, bigTopic)
 	t.Logf("SIGKILL %v after the commit: %d of %d records in the topic, %d once the kill settled (read_committed end moved by %d)",
-		time.Since(tIns).Round(time.Millisecond), inTopic, largeTxRows, hwm-hwm0, lso-lso0)
+		time.Since(tIns).Round(time.Millisecond), inTopic, cc.rows, hwm-hwm0, lso-lso0)
 
 	pos := b.position()
 	if !pre.covers(pos) {
@@ -78,26 +129,26 @@ func testLargeTxCrash(t *testing.T, src string, eos bool) {
 	if big.covers(pos) {
 		t.Fatalf("stored position %q covers the big transaction (%s), which was not delivered whole", pos, big.mark)
 	}
-	recs := idCounts(kcatRecords(t, addr, bigTopic))
+	recs := b.kcatCounts()
 	got := 0
 	for _, id := range big.ids() {
 		if recs[id] > 0 {
 			got++
 		}
 	}
-	if eos {
+	if cc.eos {
 		if got != 0 {
-			t.Fatalf("read_committed (kcat) sees %d of the big transaction's %d records after the kill: a partial transaction is visible", got, largeTxRows)
+			t.Fatalf("read_committed (kcat) sees %d of the big transaction's %d records after the kill: a partial transaction is visible", got, cc.rows)
 		}
-	} else if got == largeTxRows {
-		t.Fatalf("every record of the big transaction was in Kafka at the kill: the test missed the window it tests (kill after %d)", killAfter)
+	} else if got == cc.rows {
+		t.Fatalf("every record of the big transaction was in Kafka at the kill: the test missed the window it tests (kill after %d)", killAt)
 	}
 	t.Logf("while dead: stored position %q (before the transaction), kcat read_committed sees %d of its records", pos, got)
 
 	p = b.start()
 	b.waitCovered(big, 4*time.Minute, "after the restart")
 	want := append(pre.ids(), big.ids()...)
-	recs = idCounts(kcatRecords(t, addr, bigTopic))
+	recs = b.kcatCounts()
 	missing, dups := 0, 0
 	for _, id := range want {
 		switch n := recs[id]; {
@@ -111,7 +162,7 @@ func testLargeTxCrash(t *testing.T, src string, eos bool) {
 	if missing > 0 {
 		t.Fatalf("%d of %d rows never arrived", missing, len(want))
 	}
-	if eos {
+	if cc.eos {
 		if dups > 0 || len(recs) != len(want) {
 			t.Fatalf("exactly_once: %d duplicates, %d distinct ids (want 0 duplicates, %d ids)", dups, len(recs), len(want))
 		}
@@ -197,7 +248,7 @@ func testLargeTxChunked(t *testing.T, src string, eos bool) {
 		t.Fatalf("after the stop the stored position is %q: it must cover the small transaction (%s) and not the big one (%s)", pos, pre.mark, big.mark)
 	}
 	got := 0
-	counts := idCounts(kcatRecords(t, addr, bigTopic))
+	counts := b.kcatCounts()
 	for _, id := range big.ids() {
 		if counts[id] > 0 {
 			got++
@@ -221,7 +272,7 @@ func testLargeTxChunked(t *testing.T, src string, eos bool) {
 		}
 		// Stored once every record was acked: the records are in the log (and visible, for
 		// exactly_once) by now.
-		counts := idCounts(kcatRecords(t, addr, bigTopic))
+		counts := b.kcatCounts()
 		for _, id := range big.ids() {
 			if counts[id] == 0 {
 				t.Fatalf("stored position %q covers the big transaction while row %s is not in Kafka", pos, id)

@@ -26,8 +26,9 @@ import (
 // (librdkafka, read_committed) as the judge of what arrived.
 
 const (
-	bigTopic = "outbox.event.order"
-	bigKeys  = 8 // aggregateid K0..K7: rows spread over partitions, per-key order checkable
+	bigTopic  = "outbox.event.order"
+	heldTopic = "outbox.event.held" // rows with aggregatetype held (see bigEnv.held)
+	bigKeys   = 8                   // aggregateid K0..K7: rows spread over partitions, per-key order checkable
 )
 
 // bigID is the id of row i of the big-transaction tests (a valid UUID that carries i).
@@ -60,6 +61,7 @@ type bigEnv struct {
 	key    string    // the pipeline's key in offsets.topic
 
 	metricsURL string // set by serveMetrics
+	held       int    // insert gives the row with this number aggregatetype held (0: none)
 }
 
 // newBigEnv builds the environment; src is "postgres" or "mariadb".
@@ -169,8 +171,9 @@ func (b *bigEnv) insert(first, n int) bigTx {
 			b.t.Fatal(err)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
-			SELECT ('00000000-0000-4000-a000-' || lpad(i::text, 12, '0'))::uuid, 'order', 'K' || (i % $3), 'created', jsonb_build_object('i', i)
-			FROM generate_series($1::int, $2::int) i`, first, first+n-1, bigKeys); err != nil {
+			SELECT ('00000000-0000-4000-a000-' || lpad(i::text, 12, '0'))::uuid, CASE WHEN i = $4 THEN 'held' ELSE 'order' END,
+				'K' || (i % $3), 'created', jsonb_build_object('i', i)
+			FROM generate_series($1::int, $2::int) i`, first, first+n-1, bigKeys, b.held); err != nil {
 			b.t.Fatal(err)
 		}
 		var in string
@@ -185,8 +188,9 @@ func (b *bigEnv) insert(first, n int) bigTx {
 		return x
 	}
 	q := fmt.Sprintf(`INSERT INTO app.outbox (id, aggregatetype, aggregateid, type, payload)
-		SELECT CONCAT('00000000-0000-4000-a000-', LPAD(seq, 12, '0')), 'order', CONCAT('K', seq %% %d), 'created', CONCAT('{"i": ', seq, '}')
-		FROM seq_%d_to_%d`, bigKeys, first, first+n-1)
+		SELECT CONCAT('00000000-0000-4000-a000-', LPAD(seq, 12, '0')), IF(seq = %d, 'held', 'order'), CONCAT('K', seq %% %d), 'created',
+			CONCAT('{"i": ', seq, '}')
+		FROM seq_%d_to_%d`, b.held, bigKeys, first, first+n-1)
 	if err := b.my.db.Exec(ctx, "app", q); err != nil {
 		b.t.Fatal(err)
 	}
@@ -330,6 +334,18 @@ func kcatRecords(t *testing.T, addr, topic string) map[int32][]kcatRec {
 		recs[int32(p)] = append(recs[int32(p)], r)
 	}
 	return recs
+}
+
+// kcatCounts counts each id in bigTopic and, when the env holds a row back, heldTopic (kcat,
+// read_committed).
+func (b *bigEnv) kcatCounts() map[string]int {
+	n := idCounts(kcatRecords(b.t, b.broker.Addr(), bigTopic))
+	if b.held != 0 {
+		for id, k := range idCounts(kcatRecords(b.t, b.broker.Addr(), heldTopic)) {
+			n[id] += k
+		}
+	}
+	return n
 }
 
 // idCounts counts each id over all partitions.
