@@ -227,7 +227,9 @@ func (a *assembler) handle(ev *replication.BinlogEvent) error {
 			}
 		}
 	case *replication.HeartbeatEvent:
-		if !a.inTx && a.committed != a.emitted {
+		// Not between the chunks of a transaction read again after a reconnect (txRows > 0):
+		// idle progress there would end it for the pipeline.
+		if !a.inTx && a.txRows == 0 && a.committed != a.emitted {
 			a.idle()
 		}
 	}
@@ -447,6 +449,10 @@ func (a *assembler) desc(name string, tm *replication.TableMapEvent) (*tableDesc
 // commit ends the current transaction at the event h. A transaction marked by failTx ends in
 // its error instead, naming the position just after it.
 func (a *assembler) commit(h *replication.EventHeader) error {
+	if a.txRows > 0 && !a.inTx {
+		return stop(fmt.Errorf("binlog %s:%d: after a reconnect inside a transaction handed out in chunks, the stream went on with another transaction's end instead of reading that transaction again%s: "+
+			"outboxd stops; report this binlog sequence (mysqlbinlog --start-position around %d)", a.file, h.LogPos, a.chunkNote(), h.LogPos))
+	}
 	switch a.kind {
 	case kindFile:
 		if h.LogPos == 0 {

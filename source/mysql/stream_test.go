@@ -19,7 +19,7 @@ type streamKit struct {
 	clock  time.Time
 }
 
-func newStreamKit(t *testing.T) *streamKit {
+func newStreamKit(t testing.TB) *streamKit {
 	raws := fixtureEvents(t, "full")
 	p := replication.NewBinlogParser()
 	p.SetFlavor("mariadb")
@@ -40,7 +40,7 @@ func newStreamKit(t *testing.T) *streamKit {
 	return k
 }
 
-func (k *streamKit) assembler(t *testing.T, start offsets.Position, captured bool) *assembler {
+func (k *streamKit) assembler(t testing.TB, start offsets.Position, captured bool) *assembler {
 	p, err := parsePosition(start)
 	if err != nil {
 		t.Fatal(err)
