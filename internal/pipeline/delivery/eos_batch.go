@@ -271,7 +271,7 @@ func (e *eosCore) pump(now time.Time) {
 	if b.begun && e.inTx && !b.failed && !b.drop && now.Sub(b.begunAt) >= e.guard() {
 		e.pendingErr = fmt.Errorf("a source transaction after position %s is still arriving after %v (%d records so far): exactly_once delivers it in one Kafka "+
 			"transaction, which the broker aborts after kafka.transaction_timeout (%v); aborted it: raise kafka.transaction_timeout (≤ the brokers' "+
-			"transaction.max.timeout.ms, default 15m) or use kafka.delivery: at_least_once", b.start, now.Sub(b.begunAt).Round(time.Second), b.n, e.cfg.TxnTimeout)
+			"transaction.max.timeout.ms, default 15m) or use kafka.delivery: at_least_once", b.start, now.Sub(b.begunAt).Round(time.Millisecond), b.n, e.cfg.TxnTimeout)
 		b.fatalErr, b.failed = e.pendingErr, true
 	}
 	if b.failed || b.drop {
