@@ -213,20 +213,49 @@ func (b *bigEnv) position() string {
 	return visiblePositionOf(b.t, b.broker.Addr(), b.key)
 }
 
-// visiblePositionOf is visiblePosition for any pipeline key.
+// visiblePositionOf is the last position of pipeline key in outboxd.offsets that a
+// read_committed consumer (kcat) sees now, "" while the topic does not exist (kcat is not given
+// a topic before outboxd has created it: the broker would auto-create it).
 func visiblePositionOf(t *testing.T, addr, key string) string {
 	t.Helper()
+	if !topicExists(t, addr, "outboxd.offsets") {
+		return ""
+	}
+	out := kcat(t, addr, "outboxd.offsets", "%k\t%s\n")
 	pos := ""
-	for _, r := range testenv.Consume(t, addr, `outboxd\.offsets`, 0, time.Second) {
-		if string(r.Key) == key {
-			var d struct{ Position string }
-			if err := json.Unmarshal(r.Value, &d); err != nil {
-				t.Fatalf("offsets record %s: %v", r.Value, err)
-			}
-			pos = d.Position
+	for _, line := range strings.Split(out, "\n") {
+		k, v, ok := strings.Cut(line, "\t")
+		if !ok || k != key {
+			continue
 		}
+		var d struct{ Position string }
+		if err := json.Unmarshal([]byte(v), &d); err != nil {
+			t.Fatalf("offsets record %s: %v", v, err)
+		}
+		pos = d.Position
 	}
 	return pos
+}
+
+// topicExists asks the broker for topic's metadata without auto-creating it.
+func topicExists(t *testing.T, addr, topic string) bool {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	meta := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	meta.Topics = append(meta.Topics, mt)
+	mr, err := meta.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatalf("metadata of %s: %v", topic, err)
+	}
+	return len(mr.Topics) == 1 && mr.Topics[0].ErrorCode == 0
 }
 
 // waitCovered waits until the stored position covers x.
@@ -296,9 +325,9 @@ func endOffsets(t *testing.T, addr, topic string) (hwm, lso int64) {
 // kcatRec is one record as kcat (read_committed) printed it.
 type kcatRec struct{ key, id string }
 
-// kcatRecords reads topic from the beginning to its end with kcat, read_committed, and returns
-// each record's key and id header, per partition in offset order.
-func kcatRecords(t *testing.T, addr, topic string) map[int32][]kcatRec {
+// kcat reads topic from the beginning to its end with kcat, read_committed, printing each
+// record with format.
+func kcat(t *testing.T, addr, topic, format string) string {
 	t.Helper()
 	kc, err := exec.LookPath("kcat")
 	if err != nil {
@@ -306,14 +335,23 @@ func kcatRecords(t *testing.T, addr, topic string) map[int32][]kcatRec {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
+	var stderr strings.Builder
 	cmd := exec.CommandContext(ctx, kc, "-C", "-b", addr, "-t", topic, "-e", "-o", "beginning", "-q",
-		"-X", "isolation.level=read_committed", "-f", "%p %k %h\n")
+		"-X", "isolation.level=read_committed", "-f", format)
+	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("kcat -C -t %s: %v\n%s", topic, err, out)
+		t.Fatalf("kcat -C -t %s: %v\n%s", topic, err, stderr.String())
 	}
+	return string(out)
+}
+
+// kcatRecords reads topic with kcat (read_committed) and returns each record's key and id
+// header, per partition in offset order.
+func kcatRecords(t *testing.T, addr, topic string) map[int32][]kcatRec {
+	t.Helper()
 	recs := map[int32][]kcatRec{}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+	for _, line := range strings.Split(kcat(t, addr, topic, "%p %k %h\n"), "\n") {
 		if line == "" {
 			continue
 		}
