@@ -20,6 +20,11 @@ const (
 	// HeaderValueDropped is set (to the dead letter's size in bytes) when the value had to be
 	// left out because the dead letter would exceed the record size limit itself.
 	HeaderValueDropped = "outboxd.error.value_dropped"
+	// HeaderSourceAfter is set on the dead letter of a row whose source transaction had not
+	// ended when the row was dead-lettered (a chunk of a large transaction: its end, the usual
+	// HeaderSourcePosition, is then empty). It holds the end of the transaction before the
+	// row's one: the row lies after it. Whole transactions never carry it.
+	HeaderSourceAfter = "outboxd.source.after"
 )
 
 // DeadLetter builds the dead-letter record for a record that can never be delivered. rec is the

@@ -1,26 +1,29 @@
-// Package pipeline is the one loop that wires a source, the outbox transform, a Kafka producer
-// and the offsets tracker and store:
+// Package pipeline wires a source, the outbox transform, a Kafka producer and the offsets store
+// around the delivery core (internal/pipeline/delivery), which decides everything. Run is the
+// at_least_once runner, a thin loop that does the I/O the core's Ready asks for:
 //
-//	source.Next ──txCh (cap TxBuffer)──▶ loop: route rows, Track, Produce ──▶ producer
-//	                                      ▲                                     │ done(err)
-//	                                      └──────── outcomes (never blocks) ◀────┘
-//	loop, every CommitInterval: tracker.Commit ──▶ Store.Save (its own goroutine, one at a time)
-//	                            ◀── saved ── then Source.Confirm on the loop
+//	source.Next ──txCh (chunks; ReadAhead rows/bytes)──▶ loop: core.Accept ──Ready.Sends──▶ producer
+//	                                                      ▲                                 │ done(err)
+//	                                                      └── core.Outcome ◀── outcomes ◀───┘
+//	loop, every CommitInterval: core.Tick ──Ready.Save──▶ Store.Save (own goroutine, one at a time)
+//	                            core.SaveResult ◀── saved ──  then Ready.Confirm → Source.Confirm
 //
-// Backpressure: the tracker caps unresolved records (MaxInflight) and uncommitted transactions
-// (MaxTxs). While it is full the loop stops taking transactions, the reader goroutine blocks on
-// txCh, and the source stops reading, so TCP flow control pushes back to the database.
+// Backpressure: the core caps unresolved records (MaxInflight), their bytes (MaxInflightBytes)
+// and uncommitted transactions (MaxTxs). While a chunk does not fit the loop stops taking chunks,
+// the reader blocks (its read-ahead budget full), and the source stops reading, so TCP flow
+// control pushes back to the database. A transaction of any size flows through in chunks: only
+// its last chunk carries its position, and the core stores it only when every record of the
+// whole transaction is resolved.
 package pipeline
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/pipeline/delivery"
 	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/source"
@@ -49,15 +52,19 @@ type Options struct {
 	// (kafka.dlq_max_rate); the zero value never trips.
 	DLQBreaker Breaker
 
-	MaxInflight     int           // unresolved records (default 4096)
-	MaxRecordBytes  int           // the producer's record size limit; bigger dead letters lose their value (default 1 MiB)
-	MaxTxs          int           // uncommitted transactions (default 4*MaxInflight)
-	TxBuffer        int           // transactions read ahead of the loop (default 64)
-	ReadAheadRows   int           // rows read ahead of the loop, across those transactions (default 2048)
-	CommitInterval  time.Duration // how often the acked prefix is stored (default 100ms)
-	ShutdownTimeout time.Duration // how long a stop waits for in-flight acks (default 30s)
-	Log             *slog.Logger
-	Metrics         Metrics
+	MaxInflight int // unresolved records (default 4096)
+	// MaxInflightBytes caps the bytes (source.RowBytes) of unresolved records (default 16 MiB);
+	// a chunk bigger than that is taken alone when nothing is in flight.
+	MaxInflightBytes int
+	MaxRecordBytes   int           // the producer's record size limit; bigger dead letters lose their value (default 1 MiB)
+	MaxTxs           int           // uncommitted transactions (default 4*MaxInflight)
+	TxBuffer         int           // transactions read ahead of the loop (default 64)
+	ReadAheadRows    int           // rows read ahead of the loop, across those transactions (default 2048)
+	ReadAheadBytes   int           // bytes read ahead of the loop (default 4 MiB)
+	CommitInterval   time.Duration // how often the acked prefix is stored (default 100ms)
+	ShutdownTimeout  time.Duration // how long a stop waits for in-flight acks (default 30s)
+	Log              *slog.Logger
+	Metrics          Metrics
 	// OnCommit, when set, is called after each successful Save+Confirm (tests, metrics).
 	OnCommit func(offsets.Position)
 	// OnOpen, when set, is called each time the source has been opened.
@@ -85,48 +92,40 @@ func (noMetrics) Committed(offsets.Position) {}
 const commitLogEvery = 30 * time.Second
 
 // ErrShutdownTimeout is returned when a stop could not drain in-flight records in time.
-var ErrShutdownTimeout = errors.New("shutdown_timeout passed with records still unacked")
-
-// inflight is one record on its way to Kafka (or to the DLQ).
-type inflight struct {
-	seq        offsets.Seq
-	rec        sink.Record
-	row        *source.Row
-	pos        offsets.Position
-	commitTime time.Time
-	dlq        bool  // this is the dead-letter write for rec
-	err        error // outcome
-}
+var ErrShutdownTimeout = delivery.ErrShutdownTimeout
 
 type runner struct {
-	o       Options
-	log     *slog.Logger
-	tracker *offsets.Tracker
-	src     source.Source
-	stored  offsets.Position // durably stored (Store.Save returned) and then confirmed
+	o      Options
+	log    *slog.Logger
+	core   *delivery.Core
+	src    source.Source
+	budget *stopBudget     // shutdown_timeout: one deadline for the whole stop
+	work   context.Context // Produce's context: ends at the stop's deadline
+	stall  stallWatch      // WARN while records wait for Kafka (stall.go)
+	clog   confirmLog
 
-	// One Store.Save at a time runs off the loop goroutine (an fsync can take tens of ms under
-	// load; the loop keeps admitting and settling records meanwhile). saving is the position
-	// being saved ("" = none), queued the newest committed prefix waiting for its turn (only
-	// the newest matters). Results arrive on saved; all three belong to the loop goroutine.
-	saving, queued offsets.Position
-	saved          chan saveResult
-	saveCtx        context.Context  // the session's; cancelled when it ends
-	committed      offsets.Position // newest acked prefix taken from the tracker (may be unsaved)
-
-	lastLog time.Time  // last "committed position" info line
-	stall   stallWatch // WARN while records wait for Kafka (stall.go)
+	saved   chan saveResult // one Store.Save at a time runs off the loop goroutine
+	saving  bool
+	stopped bool // Stop was given to the core: saves from now on are the final ones
 
 	mu       sync.Mutex
-	outcomes []*inflight
+	outcomes []outcome // filled by the producer's done callbacks
+	spare    []outcome
 	wake     chan struct{}
+}
 
-	budget *stopBudget // shutdown_timeout: one deadline for the whole stop
+// outcome is one done(err) of the producer.
+type outcome struct {
+	id  delivery.ID
+	err error
 }
 
 func (o *Options) defaults() {
 	if o.MaxInflight <= 0 {
 		o.MaxInflight = 4096
+	}
+	if o.MaxInflightBytes <= 0 {
+		o.MaxInflightBytes = 16 << 20
 	}
 	if o.MaxTxs <= 0 {
 		o.MaxTxs = 4 * o.MaxInflight
@@ -139,6 +138,9 @@ func (o *Options) defaults() {
 	}
 	if o.ReadAheadRows <= 0 {
 		o.ReadAheadRows = 2048
+	}
+	if o.ReadAheadBytes <= 0 {
+		o.ReadAheadBytes = DefaultReadAheadBytes
 	}
 	if o.CommitInterval <= 0 {
 		o.CommitInterval = 100 * time.Millisecond
@@ -157,13 +159,21 @@ func (o *Options) defaults() {
 // Run runs the pipeline until ctx is cancelled (a graceful stop: stop reading, wait for in-flight
 // acks up to ShutdownTimeout, store the acked prefix, return nil) or a fatal error (returned; the
 // stored position never passes an unresolved record). Source errors after a successful start are
-// retried: the loop drains what is in flight, stores it, and reopens the source from there.
-// Errors wrapping source.ErrPositionLost are never retried.
+// retried: the loop drains what is in flight, stores it, and reopens the source from there (a
+// transaction cut by the error is read again whole). Errors wrapping source.ErrPositionLost are
+// never retried.
 func Run(ctx context.Context, o Options) error {
 	o.defaults()
-	r := &runner{o: o, log: o.Log, tracker: offsets.NewTracker(o.MaxInflight, o.MaxTxs), wake: make(chan struct{}, 1),
-		saved: make(chan saveResult, 1), budget: newStopBudget(ctx, o.ShutdownTimeout)}
+	r := &runner{o: o, log: o.Log, wake: make(chan struct{}, 1), saved: make(chan saveResult, 1), budget: newStopBudget(ctx, o.ShutdownTimeout)}
 	defer r.budget.release()
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	stopAfter := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(time.Until(r.budget.start()), cancelWork)
+		context.AfterFunc(work, func() { t.Stop() })
+	})
+	defer stopAfter()
+	r.work = work
 	defer func() {
 		// After a fatal error records may still be in flight: bound the wait. After a stop, the
 		// wait ends at the stop's deadline (what the drain left of shutdown_timeout).
@@ -177,17 +187,20 @@ func Run(ctx context.Context, o Options) error {
 		}
 		o.Producer.Close()
 	}()
-	var err error
-	if r.stored, err = o.Store.Load(ctx); err != nil {
+	stored, err := o.Store.Load(ctx)
+	if err != nil {
 		return fmt.Errorf("load stored position: %w", err)
 	}
-	if r.stored == "" {
+	if stored == "" {
 		r.log.Info("no stored position: the source picks the start (its own log line says where)")
 	} else {
-		r.log.Info("resuming from stored position", "position", string(r.stored))
+		r.log.Info("resuming from stored position", "position", string(stored))
 	}
+	r.core = delivery.New(delivery.Config{Mode: delivery.AtLeastOnce, MaxInflight: o.MaxInflight, MaxInflightBytes: o.MaxInflightBytes,
+		MaxTxs: o.MaxTxs, Route: o.Route, Classify: o.Classify, DeadLetter: deadLetterFunc(o.DLQTopic, o.MaxRecordBytes),
+		DLQTopic: o.DLQTopic, Breaker: delivery.Breaker{Max: o.DLQBreaker.Max, Window: o.DLQBreaker.Window}}, stored)
 	return runSessions(ctx, o.NewSource, o.OnOpen, r.log, func(src source.Source) { r.src = src },
-		func() offsets.Position { return r.stored }, r.stream, "in-flight records drained and stored")
+		r.core.Stored, r.stream, "in-flight records drained and stored")
 }
 
 // stream runs one source session. It returns (nil, nil) on a graceful stop, (srcErr, nil) when
@@ -196,121 +209,134 @@ func Run(ctx context.Context, o Options) error {
 func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 	readCtx, stopReading := context.WithCancel(ctx)
 	defer stopReading()
-	budget := newRowBudget(r.o.ReadAheadRows)
+	budget := newReadBudget(r.o.ReadAheadRows, r.o.ReadAheadBytes)
 	txCh, errCh, wait := readTransactions(readCtx, r.src, r.o.TxBuffer, budget)
 	defer wait()
-
-	ticker := time.NewTicker(r.o.CommitInterval)
-	defer ticker.Stop()
-	var pending *source.Tx // a transaction read but not yet admitted (tracker full)
-	reading := true
-	var drainDeadline <-chan time.Time
 	saveCtx, cancelSaves := context.WithCancel(ctx)
-	r.saveCtx = saveCtx
 	defer func() {
 		// A fatal return leaves no Save running (or blocked on a stalled store) behind it.
 		cancelSaves()
 		r.waitSave()
 	}()
+	ticker := time.NewTicker(r.o.CommitInterval)
+	defer ticker.Stop()
+	wakeT := time.NewTimer(time.Hour)
+	defer wakeT.Stop()
+	var wakeAt time.Time
+
+	r.core.Open()
+	var pending *source.Tx // a chunk read but not yet accepted (the core is full)
+	var held source.Tx
+	reading, stopCh := true, ctx.Done()
 	for {
+		rd := r.core.Ready()
+		if rd.Err != nil {
+			stopReading()
+			return nil, rd.Err
+		}
+		if err := r.execute(saveCtx, &rd); err != nil {
+			stopReading()
+			return nil, err
+		}
+		r.core.Advance()
+		if rd.Done {
+			if r.stopped {
+				return nil, nil
+			}
+			return srcErr, nil
+		}
+		if !rd.WakeAt.Equal(wakeAt) {
+			wakeAt = rd.WakeAt
+			wakeT.Stop()
+			if !wakeAt.IsZero() {
+				wakeT.Reset(time.Until(wakeAt))
+			}
+		}
 		var in <-chan source.Tx
 		if reading && pending == nil {
 			in = txCh
 		}
 		select {
-		case tx := <-in:
-			budget.release(len(tx.Rows))
-			pending = &tx
+		case held = <-in:
+			budget.free(len(held.Rows), held.Bytes)
+			pending = &held
 		case <-r.wake:
-			if err := r.handleOutcomes(ctx); err != nil {
-				stopReading()
-				return nil, err
-			}
+			r.handleOutcomes()
 		case res := <-r.saved:
-			if err := r.onSaved(r.saveCtx, res); err != nil {
-				stopReading()
-				return nil, err
-			}
+			r.saving = false
+			r.core.SaveResult(res.pos, res.err, res.cancelled)
 		case <-ticker.C:
-			r.commit()
-			r.stallTick()
+			now := time.Now()
+			r.core.Tick(now)
+			ev, d := r.stall.tick(now, r.core.Inflight())
+			logStall(r.log, ev, d, r.core.Inflight())
+		case <-wakeT.C:
+			wakeAt = time.Time{}
+			r.core.Tick(time.Now())
 		case err := <-errCh:
-			reading = false
-			if ctx.Err() == nil {
-				srcErr = err
+			errCh = nil
+			if !reading { // the stop ended the reader
+				continue
 			}
-			drainDeadline = time.After(r.o.ShutdownTimeout)
-		case <-ctx.Done():
+			reading, pending, srcErr = false, nil, err
+			now := time.Now()
+			r.core.SourceEnded(now, now.Add(r.o.ShutdownTimeout))
+		case <-stopCh:
+			stopCh = nil
 			if reading {
+				r.log.Info("stopping: no more reads, waiting for in-flight records", "inflight", r.core.Inflight())
+			}
+			stopReading()
+			reading, pending, srcErr, r.stopped = false, nil, nil, true
+			r.core.Stop(time.Now(), r.budget.start())
+		}
+		if pending != nil && r.core.CanAccept(len(pending.Rows), pending.Bytes) {
+			if err := r.core.Accept(time.Now(), pending); err != nil {
 				stopReading()
-				reading = false
-				pending = nil
-				drainDeadline = r.budget.stopTimer()
-				r.log.Info("stopping: no more reads, waiting for in-flight records", "inflight", r.tracker.Records())
-			}
-		case <-drainDeadline:
-			r.flush(context.Background())
-			return nil, fmt.Errorf("%w: %d records of %d transactions unresolved; stored position %s (they will be re-delivered on restart)",
-				ErrShutdownTimeout, r.tracker.Records(), r.tracker.Transactions(), r.stored)
-		}
-		if pending != nil && reading {
-			if !r.tracker.CanTrack(len(pending.Rows)) {
-				// Full: make room by committing what is done; else wait for outcomes.
-				r.commit()
-			}
-			if r.tracker.CanTrack(len(pending.Rows)) {
-				if err := r.admit(ctx, pending); err != nil {
-					stopReading()
-					if ctx.Err() != nil {
-						continue
-					}
-					return nil, err
-				}
-				pending = nil
-			}
-		}
-		if !reading && r.tracker.Records() == 0 {
-			if err := r.flush(context.Background()); err != nil {
 				return nil, err
 			}
-			return srcErr, nil
+			r.o.Metrics.EventsRead(len(pending.Rows))
+			pending = nil
 		}
 	}
 }
 
-// admit tracks one transaction and queues its records (or their dead letters).
-func (r *runner) admit(ctx context.Context, tx *source.Tx) error {
-	seq, err := r.tracker.Track(tx.Position, len(tx.Rows))
-	if err != nil {
-		return fmt.Errorf("track transaction %s: %w", tx.Position, err)
-	}
-	r.o.Metrics.EventsRead(len(tx.Rows))
-	fs := make([]inflight, len(tx.Rows)) // one allocation per transaction, not per row
-	for i := range tx.Rows {
-		f := &fs[i]
-		*f = inflight{seq: seq, row: &tx.Rows[i], pos: tx.Position, commitTime: tx.CommitTime}
-		rec, err := r.o.Route(f.row)
-		if err != nil {
-			f.rec = rec
-			if err := r.deadLetter(ctx, f, "transform", reasonOf(err), err); err != nil {
-				return err
+// execute does the I/O of one Ready (its Err was handled): produce the sends, start the save,
+// confirm, report the events.
+func (r *runner) execute(saveCtx context.Context, rd *delivery.Ready) error {
+	for i := range rd.Sends {
+		s := &rd.Sends[i]
+		if err := r.o.Producer.Produce(r.work, s.Rec, r.doneFunc(s.ID)); err != nil {
+			if r.work.Err() != nil {
+				return fmt.Errorf("%w: could not queue a record for %s before the stop's deadline; stored position %s (the rest is delivered on restart)",
+					ErrShutdownTimeout, s.Rec.Topic, r.core.Stored())
 			}
-			continue
-		}
-		f.rec = rec
-		if err := r.o.Producer.Produce(ctx, &f.rec, r.doneFunc(f)); err != nil {
-			return fmt.Errorf("queue record for %s: %w", rec.Topic, err)
+			return fmt.Errorf("queue record for %s: %w", s.Rec.Topic, err)
 		}
 	}
-	r.o.Metrics.Inflight(r.tracker.Records())
+	if rd.Save != "" {
+		ctx := saveCtx
+		if r.stopped {
+			ctx = context.Background() // the final save; a running one the stop cancelled is redone
+		}
+		r.startSave(ctx, rd.Save)
+	}
+	if rd.Confirm != "" {
+		r.confirm(rd.Confirm)
+	}
+	for i := range rd.Events {
+		handleEvent(r.log, r.o.Metrics, &rd.Events[i])
+	}
+	if len(rd.Sends) > 0 || len(rd.Events) > 0 {
+		r.o.Metrics.Inflight(r.core.Inflight())
+	}
 	return nil
 }
 
-func (r *runner) doneFunc(f *inflight) func(error) {
+func (r *runner) doneFunc(id delivery.ID) func(error) {
 	return func(err error) {
-		f.err = err
 		r.mu.Lock()
-		r.outcomes = append(r.outcomes, f)
+		r.outcomes = append(r.outcomes, outcome{id: id, err: err})
 		r.mu.Unlock()
 		select {
 		case r.wake <- struct{}{}:
@@ -319,83 +345,18 @@ func (r *runner) doneFunc(f *inflight) func(error) {
 	}
 }
 
-func (r *runner) handleOutcomes(ctx context.Context) error {
+func (r *runner) handleOutcomes() {
 	r.mu.Lock()
 	batch := r.outcomes
-	r.outcomes = nil
+	r.outcomes, r.spare = r.spare[:0], batch
 	r.mu.Unlock()
-	r.stallProgress()
-	for _, f := range batch {
-		switch {
-		case f.err == nil:
-			if !f.dlq {
-				r.o.Metrics.Produced(f.rec.Topic, f.commitTime)
-				r.o.DLQBreaker.Record(false)
-			}
-			if err := r.tracker.Done(f.seq); err != nil {
-				return err
-			}
-		case f.dlq:
-			return fmt.Errorf("dead-letter topic %s cannot be written (%v): stopping without storing past position %s — fix the DLQ topic (kafka.dlq_topic) and restart",
-				r.o.DLQTopic, f.err, f.pos)
-		default:
-			permanent, reason := r.o.Classify(f.err)
-			if !permanent {
-				return fmt.Errorf("record for topic %s failed with a transient error after the producer's retries (%w); stopping without storing past position %s", f.rec.Topic, f.err, f.pos)
-			}
-			if err := r.deadLetter(ctx, f, "produce", reason, f.err); err != nil {
-				return err
-			}
-		}
+	now := time.Now()
+	ev, d := r.stall.progress(now)
+	logStall(r.log, ev, d, r.core.Inflight())
+	for i := range batch {
+		r.core.Outcome(now, batch[i].id, batch[i].err)
+		batch[i] = outcome{}
 	}
-	r.o.Metrics.Inflight(r.tracker.Records())
-	return nil
-}
-
-// deadLetter produces f's dead letter; f stays unresolved until that write is acked.
-func (r *runner) deadLetter(ctx context.Context, f *inflight, stage, reason string, cause error) error {
-	dl := DeadLetter(f.rec, f.row, stage, reason, cause.Error(), f.pos, time.Now())
-	dl.Topic = r.o.DLQTopic
-	if size := dl.Size(); size > r.o.MaxRecordBytes {
-		// The dead letter would be refused too (a payload over the size limit): keep the headers,
-		// drop the value; the row is still in the outbox table under its id.
-		dl.Value = nil
-		dl.Headers = append(dl.Headers, sink.Header{Key: HeaderValueDropped, Value: []byte(strconv.Itoa(size))})
-	}
-	id := ""
-	if f.row != nil {
-		if v, ok := f.row.Get("id"); ok {
-			id = string(v.Bytes)
-		}
-	}
-	r.log.Warn("dead-lettering record", "reason", reason, "stage", stage, "error", cause.Error(),
-		"topic", f.rec.Topic, "table", f.row.Table, "position", string(f.pos), "id", id)
-	r.o.Metrics.DeadLettered(reason)
-	if r.o.DLQBreaker.Record(true) {
-		return fmt.Errorf("kafka.dlq_max_rate exceeded: %d of the last %d records were dead-lettered (latest: %s: %v); stopping before storing past position %s — "+
-			"this looks like a misconfiguration (outbox.columns, outbox.topic, topic ACLs); fix it and restart, or raise kafka.dlq_max_rate",
-			r.o.DLQBreaker.Count(), r.o.DLQBreaker.Window, reason, cause, f.pos)
-	}
-	d := &inflight{seq: f.seq, rec: dl, row: f.row, pos: f.pos, dlq: true}
-	if err := r.o.Producer.Produce(ctx, &d.rec, r.doneFunc(d)); err != nil {
-		return fmt.Errorf("queue dead letter: %w", err)
-	}
-	return nil
-}
-
-// commit takes the acked prefix from the tracker (freeing its room at once) and hands it to
-// the asynchronous Save; onSaved confirms it to the source once stored.
-func (r *runner) commit() {
-	pos, ok := r.tracker.Commit()
-	if !ok {
-		return
-	}
-	r.committed = pos
-	if r.saving != "" {
-		r.queued = pos // saved after the running Save (positions are stored in order)
-		return
-	}
-	r.startSave(r.saveCtx, pos)
 }
 
 // saveResult is the outcome of one asynchronous Store.Save.
@@ -408,91 +369,29 @@ type saveResult struct {
 // startSave saves pos on its own goroutine; the loop gets the result on r.saved (capacity 1,
 // one Save at a time, so the send never blocks).
 func (r *runner) startSave(ctx context.Context, pos offsets.Position) {
-	r.saving = pos
+	r.saving = true
 	go func() {
 		err := r.o.Store.Save(ctx, pos)
 		r.saved <- saveResult{pos: pos, err: err, cancelled: err != nil && ctx.Err() != nil}
 	}()
 }
 
-// onSaved handles a finished Save on the loop goroutine: the position is stored, so it is
-// confirmed to the source (never before); then the queued position, if any, is saved.
-func (r *runner) onSaved(ctx context.Context, res saveResult) error {
-	r.saving = ""
-	switch {
-	case res.err == nil:
-		r.stored = res.pos
-		r.confirm(ctx, res.pos)
-	case res.cancelled:
-		// Stopping: the final flush stores the acked prefix with a fresh context.
-		r.log.Debug("store position interrupted by the stop", "position", string(res.pos), "err", res.err)
-	default:
-		return fmt.Errorf("store position %s: %w", res.pos, res.err)
-	}
-	if q := r.queued; q != "" {
-		r.queued = ""
-		if q != r.stored {
-			r.startSave(ctx, q)
-		}
-	}
-	return nil
-}
-
-// waitSave waits for the running Save, if any, and records its position when it succeeded.
+// waitSave waits for the running Save, if any (a fatal return).
 func (r *runner) waitSave() {
-	if r.saving == "" {
-		return
+	if r.saving {
+		<-r.saved
+		r.saving = false
 	}
-	res := <-r.saved
-	r.saving = ""
-	if res.err == nil {
-		r.stored = res.pos
-	}
-}
-
-// flush stores and confirms the acked prefix synchronously: at the end of a session and on
-// stop, where what is stored must be known before returning.
-func (r *runner) flush(ctx context.Context) error {
-	for r.saving != "" { // the running Save, then the queued one onSaved may start
-		if err := r.onSaved(ctx, <-r.saved); err != nil {
-			return err
-		}
-	}
-	if pos, ok := r.tracker.Commit(); ok {
-		r.committed = pos
-	}
-	// Also a prefix taken earlier whose Save the stop interrupted.
-	pos := r.committed
-	if pos == "" || pos == r.stored {
-		return nil
-	}
-	if err := r.o.Store.Save(ctx, pos); err != nil {
-		return fmt.Errorf("store position %s: %w", pos, err)
-	}
-	r.stored = pos
-	r.confirm(ctx, pos)
-	return nil
 }
 
 // confirm tells the source that pos is stored, and reports the commit.
-func (r *runner) confirm(ctx context.Context, pos offsets.Position) {
-	if err := r.src.Confirm(ctx, pos); err != nil {
+func (r *runner) confirm(pos offsets.Position) {
+	if err := r.src.Confirm(r.work, pos); err != nil {
 		r.log.Warn("confirm position to the source failed (stored; will confirm again)", "position", string(pos), "err", err)
 	}
 	r.o.Metrics.Committed(pos)
-	if now := time.Now(); now.Sub(r.lastLog) >= commitLogEvery {
-		r.log.Info("committed position", "position", string(pos), "inflight", r.tracker.Records())
-		r.lastLog = now
-	}
+	r.clog.committed(r.log, pos, r.core.Inflight())
 	if r.o.OnCommit != nil {
 		r.o.OnCommit(pos)
 	}
-}
-
-func reasonOf(err error) string {
-	var re interface{ ReasonCode() string }
-	if errors.As(err, &re) {
-		return re.ReasonCode()
-	}
-	return "invalid_value"
 }

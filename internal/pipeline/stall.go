@@ -76,15 +76,3 @@ func logStall(log *slog.Logger, ev stallEvent, d time.Duration, inflight int) {
 		log.Info("Kafka acknowledges again", "stalled", d.Round(time.Millisecond))
 	}
 }
-
-// stallProgress is called by the loop when an outcome batch arrives.
-func (r *runner) stallProgress() {
-	ev, d := r.stall.progress(time.Now())
-	logStall(r.log, ev, d, r.tracker.Records())
-}
-
-// stallTick is called by the loop on each commit tick.
-func (r *runner) stallTick() {
-	ev, d := r.stall.tick(time.Now(), r.tracker.Records())
-	logStall(r.log, ev, d, r.tracker.Records())
-}

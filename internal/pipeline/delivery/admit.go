@@ -9,18 +9,24 @@ import (
 )
 
 // canAccept: a chunk fits when its records fit the tracker (records, transactions) and its bytes
-// fit MaxInflightBytes, or when nothing is in flight: an oversized chunk then goes alone.
+// fit MaxInflightBytes, or when nothing is in flight: an oversized chunk then goes alone. When it
+// does not fit, the loop waits for room: the resolved prefix goes to the save queue at once, as
+// on a commit tick (the room itself is freed without waiting for the store).
 func (a *alo) canAccept(rows, bytes int) bool {
-	if a.phase != phaseRunning || !a.tracker.CanAdd(rows) {
+	if a.phase != phaseRunning {
 		return false
 	}
-	return a.live == 0 || a.bytes+bytes <= a.c.cfg.MaxInflightBytes
+	if a.tracker.CanAdd(rows) && (a.live == 0 || a.bytes+bytes <= a.c.cfg.MaxInflightBytes) {
+		return true
+	}
+	a.scheduleSave()
+	return false
 }
 
 // accept tracks one chunk and queues its records (or, for rows the transform refuses, their
 // dead letters). One allocation per chunk: its flights.
 func (a *alo) accept(now time.Time, ch *source.Tx) error {
-	if !a.canAccept(len(ch.Rows), source.ChunkBytes(ch)) {
+	if a.phase != phaseRunning || !a.tracker.CanAdd(len(ch.Rows)) || a.live > 0 && a.bytes+source.ChunkBytes(ch) > a.c.cfg.MaxInflightBytes {
 		return fmt.Errorf("delivery: Accept of a chunk of %d rows that CanAccept refuses (phase %d, %d records and %d bytes in flight)",
 			len(ch.Rows), a.phase, a.live, a.bytes)
 	}

@@ -283,7 +283,8 @@ func (c *Core) Open() {
 // CanAccept reports whether a chunk of rows rows and bytes bytes (source.ChunkBytes) would be
 // accepted now. The loop reads the next chunk from the reader only after it got true for the
 // one it holds: that is the backpressure that reaches the database. False after Stop,
-// SourceEnded or a fatal error.
+// SourceEnded or a fatal error. ALO: a refusal also hands the resolved prefix to the save queue
+// (as a Tick would), so the next Ready may carry a Save.
 func (c *Core) CanAccept(rows, bytes int) bool {
 	if c.err != nil {
 		return false
