@@ -6,7 +6,6 @@ package pipeline
 import (
 	"context"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
@@ -43,7 +42,7 @@ func (r *eosRunner) coreConfig() delivery.Config {
 		BatchRecords: o.MaxRecords, BatchBytes: o.MaxBytes, RetainBytes: o.RetainBytes, Linger: o.Linger,
 		IdleInterval: o.IdleInterval, TxnTimeout: o.TxnTimeout, RetryMin: o.RetryMin, RetryMax: o.RetryMax,
 		Route: o.Route, Classify: o.Classify, Fatal: o.Fatal, Fenced: o.Fenced, PositionRecord: o.Store.Record,
-		DeadLetter: r.deadLetter, DLQTopic: o.DLQTopic, TransactionalID: o.TransactionalID,
+		DeadLetter: deadLetterFunc(o.DLQTopic, o.MaxRecordBytes), DLQTopic: o.DLQTopic, TransactionalID: o.TransactionalID,
 		Breaker: delivery.Breaker{Max: o.DLQBreaker.Max, Window: o.DLQBreaker.Window}}
 }
 
@@ -100,7 +99,7 @@ func (r *eosRunner) execute(rd delivery.Ready) func(time.Time) {
 		r.confirm(rd.Confirm)
 	}
 	for i := range rd.Events {
-		r.event(&rd.Events[i])
+		handleEvent(r.log, r.o.Metrics, &rd.Events[i])
 	}
 	return step
 }
@@ -147,41 +146,6 @@ func (r *eosRunner) confirm(p offsets.Position) {
 	if r.o.OnCommit != nil {
 		r.o.OnCommit(p)
 	}
-}
-
-func (r *eosRunner) event(e *delivery.Event) {
-	switch e.Kind {
-	case delivery.EventProduced:
-		for n := max(e.Count, 1); n > 0; n-- {
-			r.o.Metrics.Produced(e.Topic, e.Time)
-		}
-	case delivery.EventDeadLetter:
-		r.o.Metrics.DeadLettered(e.Reason)
-		args := []any{"reason", e.Reason, "stage", e.Stage, "error", e.Msg, "topic", e.Topic, "table", e.Table, "position", string(e.Position), "id", e.RowID}
-		if e.After != "" {
-			args = append(args, "after", string(e.After))
-		}
-		r.log.Warn("dead-lettering record", args...)
-	case delivery.EventLog:
-		r.log.Log(context.Background(), e.Level, e.Msg, e.Args...)
-	}
-}
-
-// deadLetter is the core's Config.DeadLetter: the complete dead letter of a record.
-func (r *eosRunner) deadLetter(rec sink.Record, row *source.Row, stage, reason, msg string, at delivery.Where, now time.Time) sink.Record {
-	dl := DeadLetter(rec, row, stage, reason, msg, at.Position, now)
-	dl.Topic = r.o.DLQTopic
-	if at.Position == "" && at.After != "" {
-		// A row of a chunk whose transaction has not ended yet: where it lies.
-		dl.Headers = append(dl.Headers, sink.Header{Key: "outboxd.source.after", Value: []byte(at.After)})
-	}
-	if size := dl.Size(); size > r.o.MaxRecordBytes {
-		// As in the at-least-once pipeline: the dead letter would be refused too; keep the
-		// headers, drop the value (the row is still in the outbox table under its id).
-		dl.Value = nil
-		dl.Headers = append(dl.Headers, sink.Header{Key: HeaderValueDropped, Value: []byte(strconv.Itoa(size))})
-	}
-	return dl
 }
 
 func (r *eosRunner) dropProducer() {
