@@ -184,11 +184,11 @@ func testLargeTxCrash(t *testing.T, cc crashCase) {
 }
 
 // chunkedRows is the size of the transaction of TestLargeTxChunkedStopRestart: many times the
-// sources' chunk (1024 rows by default) and kafka.max_inflight (set to 1000 there).
+// sources' chunk (1024 rows by default) and kafka.max_inflight (4096 by default).
 const chunkedRows = 50_000
 
 // TestLargeTxChunkedStopRestart: a transaction of 50,000 rows, far more than one chunk and than
-// kafka.max_inflight (1000), on both sources and in both modes. With Kafka refusing every produce
+// kafka.max_inflight, on both sources and in both modes. With Kafka refusing every produce
 // (kfake: NOT_ENOUGH_REPLICAS, retried; Apache Kafka: frozen), outboxd takes only part of the
 // transaction from the source (outboxd_events_read_total stays at most half of it: the
 // transaction is handed over in chunks and backpressure holds the rest in the database; a source
@@ -208,7 +208,6 @@ func TestLargeTxChunkedStopRestart(t *testing.T) {
 func testLargeTxChunked(t *testing.T, src string, eos bool) {
 	t0 := time.Now()
 	b := newBigEnv(t, src, eos)
-	b.cfg.editConfig("kafka:\n", "kafka:\n  max_inflight: 1000\n")
 	b.serveMetrics()
 	addr := b.broker.Addr()
 	p := b.start()
@@ -236,7 +235,7 @@ func testLargeTxChunked(t *testing.T, src string, eos bool) {
 	taken := last - len(pre.ids())
 	t.Logf("under the stall outboxd took %d of the transaction's %d rows from the source", taken, chunkedRows)
 	if taken > chunkedRows/2 {
-		t.Fatalf("under the stall outboxd took %d of the transaction's %d rows (max_inflight 1000): it holds the transaction whole instead of in chunks", taken, chunkedRows)
+		t.Fatalf("under the stall outboxd took %d of the transaction's %d rows: it holds the transaction whole instead of in chunks", taken, chunkedRows)
 	}
 
 	p.cmd.Process.Signal(syscall.SIGTERM)
