@@ -40,6 +40,9 @@ func checkKafka(ctx context.Context, c *config.Config) []CheckResult {
 	}
 	defer client.Close()
 	out = append(out, CheckResult{Name: "kafka reachable", OK: true, Reason: fmt.Sprintf("%d broker(s)", len(client.Brokers()))})
+	if c.Kafka.Delivery == "exactly_once" {
+		out = append(out, checkTxnTimeout(client, c))
+	}
 
 	topics, err := client.Topics()
 	if err != nil {
