@@ -144,6 +144,9 @@ func (e *eosCore) add(now time.Time, ch *source.Tx) {
 	if e.b == nil {
 		e.b = e.newBatch()
 	}
+	if e.lastCommit.IsZero() {
+		e.lastCommit = now // idle progress waits IdleInterval from the start, as from a commit
+	}
 	b := e.b
 	if !e.inTx && ch.More {
 		b.chunked = true
