@@ -72,7 +72,7 @@ const (
 // chunkByDefault makes a zero ChunkRows/ChunkBytes mean DefaultChunkRows/DefaultChunkBytes;
 // while false it means no cap (every transaction one chunk), until the pipeline delivers More
 // chunks (issue 13).
-const chunkByDefault = false
+const chunkByDefault = true
 
 func (c Config) withDefaults() Config {
 	if c.HeartbeatPeriod <= 0 {
