@@ -53,7 +53,8 @@ func main() {
 	flag.StringVar(&largeCases, "large-tx-cases", "", "memory-large-tx: comma-separated case globs, e.g. 'pg-rows-alo,mariadb-*-eos' (ids: {pg,mariadb}-{rows,big}-{alo,eos}; default all)")
 	flag.IntVar(&o.LargeTxRSSCapMiB, "large-tx-rss-cap", 0, "memory-large-tx: kill outboxd once its VmRSS passes this many MiB (default 4096)")
 	flag.DurationVar(&o.LargeTxTimeout, "large-tx-timeout", 0, "memory-large-tx: give up on a case after this long (default 10m)")
-	var kafkaExtra multiFlag
+	var kafkaExtra, outboxdEnv multiFlag
+	flag.Var(&outboxdEnv, "outboxd-env", "memory-large-tx: extra `KEY=VALUE` in the outboxd process's environment, e.g. -outboxd-env GOMEMLIMIT=48MiB (repeatable)")
 	flag.Var(&kafkaExtra, "kafka", "extra `key: value` line for the outboxd config's kafka section, e.g. -kafka 'max_inflight: 50000' (repeatable)")
 	flag.StringVar(&o.OffsetsDir, "offsets-dir", "", "directory for outboxd's offsets files (default the temp dir; /dev/shm takes fsync cost out)")
 	flag.BoolVar(&verbose, "v", false, "outboxd's own info logs")
@@ -63,6 +64,7 @@ func main() {
 		os.Exit(2)
 	}
 	o.KafkaExtra = kafkaExtra
+	o.OutboxdEnv = outboxdEnv
 	if only != "" {
 		o.Only = strings.Split(only, ",")
 	}

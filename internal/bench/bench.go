@@ -71,6 +71,7 @@ type Options struct {
 	LargeTxCases     []string      // memory-large-tx: case ids to run, path.Match globs ("pg-rows-alo", "mariadb-*-eos"; empty: all)
 	LargeTxRSSCapMiB int           // memory-large-tx: kill outboxd above this VmRSS (default 4096; the figure is then a lower bound)
 	LargeTxTimeout   time.Duration // memory-large-tx: give up on a case after this long (default 10m)
+	OutboxdEnv       []string      // memory-large-tx: extra KEY=VALUE environment of the outboxd process (experiments: GOMEMLIMIT, GOGC)
 	KafkaExtra       []string      // extra "key: value" lines for the outboxd config's kafka section (experiments)
 	OffsetsDir       string        // where outboxd's offsets files go ("" = os.TempDir(); e.g. /dev/shm to take fsync out)
 	Out              io.Writer     // the report (Markdown); progress goes to Log

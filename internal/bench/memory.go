@@ -121,6 +121,7 @@ type procOpts struct {
 	timeout   time.Duration // give up after this long (default 10 minutes)
 	rssCapKiB float64       // > 0: SIGKILL the process once its VmRSS passes this (protects a shared machine)
 	gctrace   bool          // run it with GODEBUG=gctrace=1 and keep the Go heap figures of its GC cycles
+	env       []string      // extra KEY=VALUE environment (e.g. GOMEMLIMIT=48MiB)
 }
 
 // runOutboxdProcess starts `bin run -c <cfg>`, samples its memory until the stored position
@@ -161,8 +162,11 @@ func runOutboxdProc(ctx context.Context, bin, cfgText string, done func(offsets.
 	cmd := exec.Command(bin, "run", "-c", cfgPath)
 	cmd.Stdout, cmd.Stderr = &logBuf, &logBuf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if po.gctrace {
-		cmd.Env = append(os.Environ(), "GODEBUG=gctrace=1")
+	if po.gctrace || len(po.env) > 0 {
+		cmd.Env = append(os.Environ(), po.env...)
+		if po.gctrace {
+			cmd.Env = append(cmd.Env, "GODEBUG=gctrace=1")
+		}
 	}
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {

@@ -162,7 +162,8 @@ func (lr largeRun) measure(ctx context.Context, e *env, bin, cfg string, done fu
 		Name: fmt.Sprintf("outboxd peak RSS, %s, %s, %s", lr.dbName, lr.shape.label(), lr.mode)}
 	capMiB := float64(e.o.LargeTxRSSCapMiB)
 	e.o.Log.Info("memory-large-tx: outboxd starts", "case", largeCaseID(lr.db, lr.shape.key, lr.mode))
-	r, err := runOutboxdProc(ctx, bin, cfg, done, procOpts{rssCapKiB: capMiB * 1024, gctrace: true, timeout: e.o.LargeTxTimeout})
+	r, err := runOutboxdProc(ctx, bin, cfg, done, procOpts{rssCapKiB: capMiB * 1024, gctrace: true,
+		timeout: e.o.LargeTxTimeout, env: e.o.OutboxdEnv})
 	timedOut := err != nil && strings.Contains(err.Error(), "did not drain within")
 	if err != nil && !timedOut {
 		return x, err
@@ -179,6 +180,12 @@ func (lr largeRun) measure(ctx context.Context, e *env, bin, cfg string, done fu
 	x.Detail = fmt.Sprintf("VmHWM of `outboxd run` (own process), target ≤ %.0f MiB: %s it; %s%s; max sampled VmRSS %.1f MiB (RssAnon %.1f MiB); "+
 		"Go heap (gctrace): peak %.0f MiB, largest live %.0f MiB, largest goal %.0f MiB over %d GC cycles",
 		lr.shape.targetMiB, verdict, lr.shape.label(), lr.extraNote, r.maxRSSKiB/1024, r.maxAnonKiB/1024, r.gc.PeakMiB, r.gc.LiveMiB, r.gc.GoalMiB, r.gc.Cycles)
+	if len(e.o.OutboxdEnv) > 0 {
+		x.Detail += "; outboxd environment: " + strings.Join(e.o.OutboxdEnv, " ")
+	}
+	if len(e.o.KafkaExtra) > 0 {
+		x.Detail += "; kafka settings added: " + strings.Join(e.o.KafkaExtra, "; ")
+	}
 	switch {
 	case r.overCap:
 		x.Error = fmt.Sprintf("VmRSS passed %.0f MiB: the bench killed outboxd (the figure is the peak until then)", capMiB)
