@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/outboxd/outboxd/internal/testenv"
 )
 
 // Huge source transactions (issue 13), black-box against the real binary, on both sources and in
@@ -175,7 +177,12 @@ func testLargeTxCrash(t *testing.T, cc crashCase) {
 		if dups > 0 || len(recs) != len(want) {
 			t.Fatalf("exactly_once: %d duplicates, %d distinct ids (want 0 duplicates, %d ids)", dups, len(recs), len(want))
 		}
-		(&env{t: t, broker: b.broker}).expectExactlyOnce(want, time.Minute) // the suite's own judge too
+		// A second judge (franz-go, read_committed). Not expectExactlyOnce: its 1.5 s final read
+		// does not get through 200,000 records on a loaded machine with Apache Kafka.
+		got := testenv.Consume(t, addr, eventsPattern, len(want), 2*time.Minute)
+		if n, d := countDistinct(got); n != len(want) || d != 0 || len(hasAll(got, want)) != 0 {
+			t.Fatalf("exactly_once, franz-go read_committed: %d records, %d distinct, %d duplicates (want %d once each)", len(got), n, d, len(want))
+		}
 	}
 	if code := p.stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
