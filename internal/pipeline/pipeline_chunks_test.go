@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/source"
 )
 
@@ -21,7 +22,7 @@ type aloChunkSource struct {
 	mu        sync.Mutex
 	chunks    []source.Tx
 	i         int
-	failAt    int // -1: never
+	failAt    int           // -1: never
 	gate      chan struct{} // when set, the failure waits for it to be closed
 	opens     []offsets.Position
 	confirmed []offsets.Position
@@ -239,6 +240,53 @@ func TestInflightBytesCapAcrossChunks(t *testing.T) {
 		if n := p.count() - i; n > 3 {
 			t.Fatalf("%d records of 1 MiB unacked with a 3 MiB cap", n)
 		}
+		p.ack(i, nil)
+	}
+	waitFor(t, "01 stored", func() bool { return st.get() == "01" })
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// cappedProducer is fakeProducer with the real producer's cap: Produce with cap records
+// outstanding would block; here it is a test failure.
+type cappedProducer struct {
+	fakeProducer
+	cap, outstanding int
+	t                *testing.T
+}
+
+func (p *cappedProducer) Produce(ctx context.Context, rec *sink.Record, done func(error)) error {
+	p.mu.Lock()
+	if p.outstanding >= p.cap {
+		p.t.Errorf("Produce with %d records outstanding (cap %d): the loop would block", p.outstanding, p.cap)
+	}
+	p.outstanding++
+	p.mu.Unlock()
+	return p.fakeProducer.Produce(ctx, rec, func(err error) {
+		p.mu.Lock()
+		p.outstanding--
+		p.mu.Unlock()
+		done(err)
+	})
+}
+
+// A chunk larger than max_inflight (the sources cut 1024 rows; kafka.max_inflight may be
+// lower) never makes the loop call Produce past the producer's cap: the core paces the sends.
+func TestChunkLargerThanMaxInflightNeverBlocksProduce(t *testing.T) {
+	chunks := aloBigTx("01", 50, 25, "x")
+	src := &aloChunkSource{chunks: chunks, failAt: -1}
+	p, st := &cappedProducer{cap: 10, t: t}, &memStore{}
+	o := options(nil, &p.fakeProducer, st)
+	o.Producer = p
+	o.NewSource = func() source.Source { return src }
+	o.MaxInflight = 10
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- Run(ctx, o) }()
+	for i := 0; i < 50; i++ {
+		waitFor(t, fmt.Sprintf("record %d queued", i), func() bool { return p.count() > i })
 		p.ack(i, nil)
 	}
 	waitFor(t, "01 stored", func() bool { return st.get() == "01" })

@@ -54,11 +54,36 @@ func (a *alo) accept(now time.Time, ch *source.Tx) error {
 				a.deadLetter(now, f, "transform", ReasonOf(err), err)
 				continue
 			}
-			a.c.rd.Sends = append(a.c.rd.Sends, Send{ID: ID{f: f}, Rec: &f.rec})
+			a.send(f)
 		}
 	}
 	a.commitPrefix() // a 0-row chunk may close a resolved transaction
 	return nil
+}
+
+// send hands f's record (or dead letter) to the loop, or queues it while MaxInflight sends are
+// outstanding.
+func (a *alo) send(f *flight) {
+	s := Send{ID: ID{f: f}, Rec: &f.rec}
+	if a.outstanding < a.c.cfg.MaxInflight && a.bhead == len(a.backlog) {
+		a.outstanding++
+		a.c.rd.Sends = append(a.c.rd.Sends, s)
+		return
+	}
+	a.backlog = append(a.backlog, s)
+}
+
+// release hands queued sends to the loop as far as outcomes made room.
+func (a *alo) release() {
+	for a.outstanding < a.c.cfg.MaxInflight && a.bhead < len(a.backlog) {
+		a.outstanding++
+		a.c.rd.Sends = append(a.c.rd.Sends, a.backlog[a.bhead])
+		a.backlog[a.bhead] = Send{}
+		a.bhead++
+	}
+	if a.bhead == len(a.backlog) {
+		a.backlog, a.bhead = a.backlog[:0], 0
+	}
 }
 
 // ReasonOf is the dead-letter reason of a transform error: its ReasonCode, else "invalid_value".

@@ -50,6 +50,13 @@ type alo struct {
 	live    int // unresolved flights (== tracker.Records())
 	bytes   int // their bytes
 
+	// At most MaxInflight sends are handed to the loop without an outcome (the producer's own
+	// cap is the same number: Produce then never blocks on it, so the loop stays responsive);
+	// the sends of a chunk larger than that wait here, in order, until outcomes make room.
+	outstanding int
+	backlog     []Send
+	bhead       int
+
 	ledger
 
 	phase    phase
@@ -151,6 +158,9 @@ func (a *alo) wakeAt() time.Time {
 func (a *alo) check() error {
 	if a.live != a.tracker.Records() {
 		return fmt.Errorf("%d flights unresolved, the tracker counts %d records", a.live, a.tracker.Records())
+	}
+	if a.outstanding > a.c.cfg.MaxInflight || a.outstanding+len(a.backlog)-a.bhead != a.live {
+		return fmt.Errorf("%d sends outstanding (cap %d) and %d waiting for %d unresolved records", a.outstanding, a.c.cfg.MaxInflight, len(a.backlog)-a.bhead, a.live)
 	}
 	if a.bytes < 0 || (a.bytes == 0) != (a.live == 0) {
 		return fmt.Errorf("%d in-flight bytes with %d records in flight", a.bytes, a.live)

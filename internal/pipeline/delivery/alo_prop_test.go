@@ -179,6 +179,9 @@ func (r *propRun) step(what string) {
 		r.confirmIdx = i
 	}
 	r.c.Advance()
+	if len(r.pending) > r.cfg.MaxInflight {
+		r.fail("%s: %d sends without an outcome, MaxInflight %d", what, len(r.pending), r.cfg.MaxInflight)
+	}
 	if err := r.c.Check(); err != nil {
 		r.fail("%s: Check: %v", what, err)
 	}

@@ -282,3 +282,28 @@ func TestALODoubleOutcomeIsFatal(t *testing.T) {
 		t.Fatal("a second outcome for one send was accepted")
 	}
 }
+
+// A chunk larger than MaxInflight is accepted alone, but its sends are handed out only as
+// outcomes make room: never more than MaxInflight without an outcome (the producer's own cap is
+// the same number, so Produce never blocks the loop on it), in order.
+func TestALOOversizedChunkSendsPaced(t *testing.T) {
+	h := newHarness(t, Config{MaxInflight: 3}, "")
+	h.accept(source.Tx{Rows: rows(1, 10, 1), Position: "p001"})
+	var order []string
+	for len(h.sends) > 0 {
+		if len(h.sends) > 3 {
+			t.Fatalf("%d sends without an outcome, MaxInflight 3", len(h.sends))
+		}
+		s := h.sends[0]
+		h.sends = h.sends[1:]
+		order = append(order, string(s.Rec.Key))
+		h.c.Outcome(h.now, s.ID, nil)
+		h.drain()
+	}
+	if fmt.Sprint(order) != "[1.0 1.1 1.2 1.3 1.4 1.5 1.6 1.7 1.8 1.9]" {
+		t.Fatalf("sends in order %v", order)
+	}
+	if rd := h.tick(); rd.Save != "p001" {
+		t.Fatalf("save %q", rd.Save)
+	}
+}

@@ -17,6 +17,8 @@ func (a *alo) outcome(now time.Time, id ID, err error) {
 		a.c.fail(fmt.Errorf("delivery: outcome for a send that is not in flight (reported twice?)"))
 		return
 	}
+	a.outstanding--
+	defer a.release()
 	switch {
 	case err == nil:
 		if f.state == flightRecord {
@@ -69,7 +71,7 @@ func (a *alo) deadLetter(now time.Time, f *flight, stage, reason string, cause e
 	}
 	f.rec = a.c.cfg.DeadLetter(f.rec, f.row, stage, reason, cause.Error(), f.where, now)
 	f.state = flightDLQ
-	a.c.rd.Sends = append(a.c.rd.Sends, Send{ID: ID{f: f}, Rec: &f.rec})
+	a.send(f)
 }
 
 // bound is the position nothing is stored past while the row is unresolved: its transaction's
