@@ -1,10 +1,6 @@
 package pipeline
 
-import (
-	"context"
-	"testing"
-	"time"
-)
+import "testing"
 
 func TestBreaker(t *testing.T) {
 	b, err := ParseRate("2/5")
@@ -32,34 +28,5 @@ func TestBreaker(t *testing.T) {
 		if _, err := ParseRate(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
-	}
-}
-
-func TestRowBudget(t *testing.T) {
-	b := newRowBudget(2000)
-	ctx := context.Background()
-	if err := b.acquire(ctx, 1500, 0); err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan error, 1)
-	go func() { got <- b.acquire(ctx, 1000, 0) }()
-	select {
-	case err := <-got:
-		t.Fatalf("acquired past the budget: %v", err)
-	case <-time.After(50 * time.Millisecond):
-	}
-	b.release(1500)
-	if err := <-got; err != nil {
-		t.Fatal(err)
-	}
-	// Larger than the whole budget: admitted when nothing else is buffered.
-	b.release(1000)
-	if err := b.acquire(ctx, 5000, 0); err != nil {
-		t.Fatal(err)
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	cancel()
-	if err := b.acquire(cctx, 1, 0); err == nil {
-		t.Fatal("acquire past the budget with a cancelled context succeeded")
 	}
 }

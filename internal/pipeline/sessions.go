@@ -59,7 +59,7 @@ const DefaultReadAheadBytes = 4 << 20
 type readBudget struct {
 	mu              sync.Mutex
 	rows, maxRows   int
-	bytes, maxBytes int // maxBytes 0: bytes are not counted
+	bytes, maxBytes int
 	freed           chan struct{}
 }
 
@@ -71,17 +71,9 @@ func newReadBudget(rows, bytes int) *readBudget {
 	return &readBudget{maxRows: rows, maxBytes: bytes, freed: make(chan struct{}, 1)}
 }
 
-// newRowBudget caps rows only (the budget before chunked transactions; release frees rows).
-func newRowBudget(rows int) *readBudget {
-	return &readBudget{maxRows: rows, freed: make(chan struct{}, 1)}
-}
-
 // acquire blocks until a chunk of n rows and size bytes fits. A chunk larger than either cap
 // fits when nothing is buffered (per chunk: a huge transaction comes as many bounded chunks).
 func (b *readBudget) acquire(ctx context.Context, n, size int) error {
-	if b.maxBytes == 0 {
-		size = 0
-	}
 	for {
 		b.mu.Lock()
 		if b.rows == 0 && b.bytes == 0 || b.rows+n <= b.maxRows && b.bytes+size <= b.maxBytes {
@@ -101,9 +93,6 @@ func (b *readBudget) acquire(ctx context.Context, n, size int) error {
 
 // free returns a chunk's rows and bytes (as the reader set them in tx.Bytes).
 func (b *readBudget) free(n, size int) {
-	if b.maxBytes == 0 {
-		size = 0
-	}
 	b.mu.Lock()
 	b.rows -= n
 	b.bytes -= size
@@ -113,9 +102,6 @@ func (b *readBudget) free(n, size int) {
 	default:
 	}
 }
-
-// release frees n rows of a rows-only budget (newRowBudget).
-func (b *readBudget) release(n int) { b.free(n, 0) }
 
 // runSessions is the source session loop both runners share: open a new source at pos(), run
 // stream on it, and after a source error (stream drained and stored what it had) reopen with

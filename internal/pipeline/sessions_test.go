@@ -47,3 +47,33 @@ func TestReadBudgetBytes(t *testing.T) {
 		t.Fatalf("default byte budget %d", d.maxBytes)
 	}
 }
+
+// The row cap of the read-ahead budget (bytes far below their cap).
+func TestRowBudget(t *testing.T) {
+	b := newReadBudget(2000, 1<<30)
+	ctx := context.Background()
+	if err := b.acquire(ctx, 1500, 0); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- b.acquire(ctx, 1000, 0) }()
+	select {
+	case err := <-got:
+		t.Fatalf("acquired past the budget: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	b.free(1500, 0)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	// Larger than the whole budget: admitted when nothing else is buffered.
+	b.free(1000, 0)
+	if err := b.acquire(ctx, 5000, 0); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := b.acquire(cctx, 1, 0); err == nil {
+		t.Fatal("acquire past the budget with a cancelled context succeeded")
+	}
+}
