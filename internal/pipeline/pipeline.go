@@ -275,20 +275,20 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 			r.core.Tick(time.Now())
 		case err := <-errCh:
 			errCh = nil
-			if !reading { // the stop ended the reader
-				continue
+			switch {
+			case ctx.Err() != nil: // the stop ended the reader
+				stopCh = nil
+				r.beginStop(reading, stopReading)
+				reading, pending, srcErr = false, nil, nil
+			case reading:
+				reading, pending, srcErr = false, nil, err
+				now := time.Now()
+				r.core.SourceEnded(now, now.Add(r.o.ShutdownTimeout))
 			}
-			reading, pending, srcErr = false, nil, err
-			now := time.Now()
-			r.core.SourceEnded(now, now.Add(r.o.ShutdownTimeout))
 		case <-stopCh:
 			stopCh = nil
-			if reading {
-				r.log.Info("stopping: no more reads, waiting for in-flight records", "inflight", r.core.Inflight())
-			}
-			stopReading()
-			reading, pending, srcErr, r.stopped = false, nil, nil, true
-			r.core.Stop(time.Now(), r.budget.start())
+			r.beginStop(reading, stopReading)
+			reading, pending, srcErr = false, nil, nil
 		}
 		if pending != nil && r.core.CanAccept(len(pending.Rows), pending.Bytes) {
 			if err := r.core.Accept(time.Now(), pending); err != nil {
@@ -299,6 +299,20 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 			pending = nil
 		}
 	}
+}
+
+// beginStop hands a graceful stop to the core (once): no more reads; the drain ends at the
+// stop's one deadline (shutdown_timeout from the stop signal).
+func (r *runner) beginStop(reading bool, stopReading func()) {
+	if r.stopped {
+		return
+	}
+	if reading {
+		r.log.Info("stopping: no more reads, waiting for in-flight records", "inflight", r.core.Inflight())
+	}
+	stopReading()
+	r.stopped = true
+	r.core.Stop(time.Now(), r.budget.start())
 }
 
 // execute does the I/O of one Ready (its Err was handled): produce the sends, start the save,
