@@ -260,7 +260,9 @@ func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
 	c := r.core
 	c.Open()
 	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	defer timer.Stop()
+	var armed time.Time // the WakeAt the timer is set for (zero: stopped)
 	var held source.Tx // read, waiting for CanAccept (when hasHeld)
 	hasHeld := false
 	reading, ending, stopped := true, false, false
@@ -310,9 +312,14 @@ func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
 		if reading && !hasHeld {
 			in = txCh
 		}
+		if !rd.WakeAt.Equal(armed) { // re-armed only when it changes (a timer costs locks)
+			timer.Stop()
+			if armed = rd.WakeAt; !armed.IsZero() {
+				timer.Reset(max(time.Until(armed), 0))
+			}
+		}
 		var timerC <-chan time.Time
-		if !rd.WakeAt.IsZero() {
-			timer.Reset(max(time.Until(rd.WakeAt), 0))
+		if !armed.IsZero() {
 			timerC = timer.C
 		}
 		select {
@@ -321,6 +328,7 @@ func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
 		case <-r.wake:
 			r.deliverOutcomes()
 		case now := <-timerC:
+			armed = time.Time{}
 			c.Tick(now)
 		case err := <-errCh:
 			reading = false
@@ -334,12 +342,6 @@ func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
 				reading, stopped, hasHeld = false, true, false
 				r.log.Info("stopping: no more reads, committing the current batch", "records", c.Inflight())
 				c.Stop(time.Now(), r.budget.start())
-			}
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
 			}
 		}
 	}

@@ -48,7 +48,7 @@ type sent struct {
 	it    *item // nil: the position record
 	dlq   bool
 	alone bool
-	rec   sink.Record // dead letter or position record (data records use it.rec)
+	rec   *sink.Record // dead letter or position record (nil: the data record it.rec)
 }
 
 type batch struct {
@@ -74,6 +74,7 @@ type batch struct {
 	queue     []*item // to send: queue[qi:]
 	qi        int
 	posSnd    sent
+	posRec    sink.Record
 	posSent   bool
 	failed    bool
 	newFind   bool

@@ -6,6 +6,8 @@ package delivery
 import (
 	"fmt"
 	"time"
+
+	"github.com/outboxd/outboxd/sink"
 )
 
 // sendQueued hands queued records (and, when due, the position record) to the Ready. A record
@@ -34,7 +36,8 @@ func (e *eosCore) sendQueued(now time.Time, due bool) bool {
 		*s = sent{it: it, alone: alone}
 		if f != nil && f.dead {
 			s.dlq = true
-			s.rec = e.cfg.DeadLetter(it.rec, it.row, f.stage, f.reason, f.cause.Error(), it.where, now)
+			dl := e.cfg.DeadLetter(it.rec, it.row, f.stage, f.reason, f.cause.Error(), it.where, now)
+			s.rec = &dl
 			if !f.logged {
 				f.logged = true
 				e.deadLetterEvent(it, f)
@@ -56,7 +59,8 @@ func (e *eosCore) sendQueued(now time.Time, due bool) bool {
 			return false
 		}
 		b.posSent = true
-		b.posSnd = sent{alone: b.posSusp, rec: e.cfg.PositionRecord(b.end)}
+		b.posRec = e.cfg.PositionRecord(b.end)
+		b.posSnd = sent{alone: b.posSusp, rec: &b.posRec}
 		e.emit(&b.posSnd)
 		if b.posSusp {
 			if e.phase == phIdle {
@@ -75,10 +79,7 @@ func (e *eosCore) emit(s *sent) {
 	if s.alone {
 		e.aloneOut++
 	}
-	rec := &s.rec
-	if s.it != nil && !s.dlq {
-		rec = &s.it.rec
-	}
+	rec := s.record()
 	e.core.rd.Sends = append(e.core.rd.Sends, Send{ID: ID{n: id}, Rec: rec, Alone: s.alone})
 }
 
@@ -145,7 +146,7 @@ func (e *eosCore) refusal(s *sent, err error) {
 	perm, reason := e.cfg.Classify(err)
 	switch {
 	case !perm:
-		e.log(time.Time{}, "cannot queue a record in the Kafka transaction", "topic", s.rec.Topic, "err", err)
+		e.log(time.Time{}, "cannot queue a record in the Kafka transaction", "topic", s.record().Topic, "err", err)
 		b.failed = true // abort, back off, produce the batch again
 	case s.it == nil:
 		b.failed, b.fatalErr = true, fmt.Errorf("the position record for offsets.topic %s cannot be written: %w", s.rec.Topic, err)
@@ -155,4 +156,12 @@ func (e *eosCore) refusal(s *sent, err error) {
 		f := b.find(s.it.ord)
 		f.dead, f.stage, f.reason, f.cause, f.suspect = true, "produce", reason, err, false
 	}
+}
+
+// record is what s sends.
+func (s *sent) record() *sink.Record {
+	if s.rec == nil {
+		return &s.it.rec
+	}
+	return s.rec
 }
