@@ -263,7 +263,7 @@ func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
 	timer.Stop()
 	defer timer.Stop()
 	var armed time.Time // the WakeAt the timer is set for (zero: stopped)
-	var held source.Tx // read, waiting for CanAccept (when hasHeld)
+	var held source.Tx  // read, waiting for CanAccept (when hasHeld)
 	hasHeld := false
 	reading, ending, stopped := true, false, false
 	for {
