@@ -448,6 +448,7 @@ func (c *Core) Advance() {
 	if c.eos != nil {
 		c.eos.advance()
 	}
+	clear(c.rd.Sends) // the reused array must not keep the sent records (and their chunks) alive
 	c.rd = Ready{Sends: c.rd.Sends[:0], Events: c.rd.Events[:0]}
 }
 
