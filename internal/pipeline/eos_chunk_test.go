@@ -170,7 +170,7 @@ func TestEOSTxnTimeoutGuard(t *testing.T) {
 	c := &fakeCluster{reqSize: 1}
 	src := &chunkSource{chunks: txs("a", "b | c | d | e | f | g | h | i | j | k"), delay: 60 * time.Millisecond}
 	o := chunkOptions(c, src)
-	o.TxnTimeout = 2300 * time.Millisecond // guard at 300ms; the transaction takes 600ms
+	o.TxnTimeout = 600 * time.Millisecond // guard at 300ms; the transaction takes 600ms
 	start := time.Now()
 	err := runEOS(t, o, "99")
 	if err == nil || !strings.Contains(err.Error(), "kafka.transaction_timeout") || !strings.Contains(err.Error(), "kafka.delivery: at_least_once") {

@@ -232,10 +232,11 @@ func (e *eosCore) isDue(now time.Time, b *batch) bool {
 }
 
 // guard is the age at which a Kafka transaction whose source transaction has not ended is
-// aborted: before the broker's transaction timeout would.
+// aborted, before the broker's transaction timeout would: TxnTimeout − max(TxnTimeout/10, 2s),
+// the margin at most half the timeout (a timeout of a few seconds still leaves half of it).
 func (e *eosCore) guard() time.Duration {
 	t := e.cfg.TxnTimeout
-	return t - max(t/10, 2*time.Second)
+	return t - min(max(t/10, 2*time.Second), t/2)
 }
 
 // pump asks for the next step, if the core waits for none.

@@ -248,7 +248,7 @@ func runSeed(t *testing.T, seed uint64) *eosModel {
 	cfg.RetryMin, cfg.RetryMax = time.Millisecond, 10*time.Millisecond
 	guardSeed := m.rng.IntN(4) == 0
 	if guardSeed {
-		cfg.TxnTimeout = 2200 * time.Millisecond // guard at 200ms
+		cfg.TxnTimeout = 400 * time.Millisecond // guard at 200ms
 	}
 	m.commitFails = m.rng.IntN(2) == 0
 	restarts := 0
@@ -473,5 +473,18 @@ func TestEOSCoreProperty(t *testing.T) {
 	t.Logf("%d seeds: %d transaction-timeout guards, %d spilled redos (re-read), %d dead letters", seeds, guards, redos, dls)
 	if guards == 0 || redos == 0 || dls == 0 {
 		t.Fatalf("the seeds did not exercise the guard (%d), spilled redos (%d) and dead letters (%d)", guards, redos, dls)
+	}
+}
+
+// The guard age: TxnTimeout − max(TxnTimeout/10, 2s), the margin at most half the timeout.
+func TestEOSGuardAge(t *testing.T) {
+	for _, c := range []struct{ timeout, guard time.Duration }{
+		{60 * time.Second, 54 * time.Second}, {15 * time.Minute, 810 * time.Second},
+		{10 * time.Second, 8 * time.Second}, {2 * time.Second, time.Second}, {time.Second, 500 * time.Millisecond},
+	} {
+		e := &eosCore{cfg: &Config{TxnTimeout: c.timeout}}
+		if g := e.guard(); g != c.guard {
+			t.Errorf("timeout %v: guard %v, want %v", c.timeout, g, c.guard)
+		}
 	}
 }
