@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -316,4 +317,58 @@ func testLargeTxChunked(t *testing.T, src string, eos bool) {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 	t.Logf("%s: %v", t.Name(), time.Since(t0).Round(time.Millisecond))
+}
+
+// checkPerKeyOrder checks the records of x in recs (per partition, in offset order): for each key
+// they are one or more runs, each run the key's rows in commit order from the transaction's
+// first row of that key on (a redelivery after a restart begins a new run at that first row),
+// and the last run has every row of the key. It returns the largest number of runs of any key.
+func checkPerKeyOrder(t *testing.T, recs map[int32][]kcatRec, x bigTx) int {
+	t.Helper()
+	want := map[string][]int{} // key -> its rows of x in commit order
+	for i := x.first; i < x.first+x.n; i++ {
+		want[bigKey(i)] = append(want[bigKey(i)], i)
+	}
+	next, runs, part := map[string]int{}, map[string]int{}, map[string]int32{}
+	for p, rs := range recs {
+		for _, r := range rs {
+			i := bigIndex(r.id)
+			if i < x.first || i >= x.first+x.n {
+				continue
+			}
+			k := bigKey(i)
+			if r.key != k {
+				t.Fatalf("row %d has key %q, want %q", i, r.key, k)
+			}
+			if q, ok := part[k]; ok && q != p {
+				t.Fatalf("key %s in partitions %d and %d", k, q, p)
+			}
+			part[k] = p
+			w := want[k]
+			switch {
+			case next[k] < len(w) && w[next[k]] == i:
+				if next[k] == 0 {
+					runs[k]++
+				}
+				next[k]++
+			case w[0] == i: // the transaction again from its start (a restart)
+				runs[k]++
+				next[k] = 1
+			default:
+				exp := "nothing (the key was complete)"
+				if next[k] < len(w) {
+					exp = fmt.Sprintf("row %d", w[next[k]])
+				}
+				t.Fatalf("key %s, partition %d: row %d after %d rows of the run; want %s or a new run from row %d", k, p, i, next[k], exp, w[0])
+			}
+		}
+	}
+	most := 0
+	for k, w := range want {
+		if next[k] != len(w) {
+			t.Fatalf("key %s: the last run ends after %d of its %d rows", k, next[k], len(w))
+		}
+		most = max(most, runs[k])
+	}
+	return most
 }
