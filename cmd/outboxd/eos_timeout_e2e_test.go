@@ -1,0 +1,61 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxd/outboxd/internal/testenv"
+)
+
+// TestEOSTransactionTimeoutStops: exactly_once with kafka.transaction_timeout 2s (outboxd aborts a
+// Kafka transaction whose source transaction is still arriving after 1s) and one 200,000-row
+// source transaction, which takes longer than that to deliver: outboxd aborts its Kafka
+// transaction and exits 1 naming kafka.transaction_timeout and the fix; read_committed sees none
+// of the transaction and the committed position stays before it. Never silently, never partial.
+func TestEOSTransactionTimeoutStops(t *testing.T) {
+	e := newEOSEnv(t)
+	e.editConfig("kafka:\n", "kafka:\n  transaction_timeout: 2s\n")
+	c := e.conn()
+	p := e.startWith(true)
+	pre := e.insert(c, "pre", 2)
+	e.expectExactlyOnce(pre, 30*time.Second)
+	before := e.visiblePosition()
+	if before == "" {
+		t.Fatal("no committed position after the first transaction")
+	}
+	big, in := e.insertInTx(c, "big", 200_000)
+	if code := p.waitExit(t, 2*time.Minute); code != 1 {
+		t.Fatalf("exit %d, want 1; output:\n%s", code, p.out.String())
+	}
+	out := p.out.String()
+	for _, want := range []string{"kafka.transaction_timeout (2s)", "raise kafka.transaction_timeout", "kafka.delivery: at_least_once"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("the error does not say %q:\n%s", want, out)
+		}
+	}
+	// It may have moved to idle progress inside the big transaction's WAL (a keepalive before its
+	// commit), from which the transaction is read again; it must not cover the transaction.
+	if after := e.visiblePosition(); after == "" || lsn(t, after) > lsn(t, in) {
+		t.Fatalf("the committed position %q (was %q) covers the aborted transaction (inside it: %s)", after, before, in)
+	}
+	got := testenv.Consume(t, e.broker.Addr(), eventsPattern, 0, 2*time.Second)
+	if missing := hasAll(got, big); len(missing) != len(big) {
+		t.Fatalf("read_committed sees %d of the aborted transaction's %d records", len(big)-len(missing), len(big))
+	}
+	if len(hasAll(got, pre)) != 0 {
+		t.Fatalf("the transaction before it is not visible")
+	}
+	t.Logf("stopped with: %s", lastLine(out, "kafka.transaction_timeout"))
+}
+
+// lastLine is the last line of out containing s.
+func lastLine(out, s string) string {
+	l := ""
+	for _, x := range strings.Split(out, "\n") {
+		if strings.Contains(x, s) {
+			l = x
+		}
+	}
+	return l
+}
