@@ -5,15 +5,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/outboxd/outboxd/internal/testenv"
 )
 
 // TestEOSTransactionTimeoutStops: exactly_once with kafka.transaction_timeout 2s (outboxd aborts a
 // Kafka transaction whose source transaction is still arriving after 1s) and one 200,000-row
-// source transaction, which takes longer than that to deliver: outboxd aborts its Kafka
+// source transaction, which takes longer than that to deliver (kfake answers produce requests
+// 25ms late; without that a quiet machine delivers it within 1s): outboxd aborts its Kafka
 // transaction and exits 1 naming kafka.transaction_timeout and the fix; read_committed sees none
 // of the transaction and the committed position stays before it. Never silently, never partial.
 func TestEOSTransactionTimeoutStops(t *testing.T) {
+	kfakeOnly(t, "slows every produce request with a kfake control function, so that the transaction surely takes longer than 1s")
 	e := newEOSEnv(t)
 	e.editConfig("kafka:\n", "kafka:\n  transaction_timeout: 2s\n")
 	c := e.conn()
@@ -21,6 +25,12 @@ func TestEOSTransactionTimeoutStops(t *testing.T) {
 	pre := e.insert(c, "pre", 2)
 	e.expectExactlyOnce(pre, 30*time.Second)
 	before := e.visiblePosition()
+	// Every produce request takes 25ms more: delivering the transaction takes well over 1s (about
+	// 50,000 of its records are acked after 1s).
+	e.broker.Cluster().ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		time.Sleep(25 * time.Millisecond)
+		return nil, nil, false
+	})
 	if before == "" {
 		t.Fatal("no committed position after the first transaction")
 	}
