@@ -56,23 +56,18 @@ type Config struct {
 	// ChunkRows and ChunkBytes cap one chunk of a transaction (source.Tx): at most ChunkRows rows
 	// and ChunkBytes bytes (source.RowBytes per row), cut between rows events, so one rows event
 	// bigger than a cap is a chunk alone. A transaction of any size is then held in bounded
-	// memory. 0: the default (see chunkByDefault); negative: no cap. Without any cap every
+	// memory. 0: the default (DefaultChunkRows, DefaultChunkBytes); negative: no cap. Without any cap every
 	// transaction is one chunk.
 	ChunkRows  int
 	ChunkBytes int
 }
 
 // DefaultChunkRows and DefaultChunkBytes are the chunk caps a zero Config.ChunkRows and
-// Config.ChunkBytes stand for once chunkByDefault is set.
+// Config.ChunkBytes stand for.
 const (
 	DefaultChunkRows  = 1024
 	DefaultChunkBytes = 1 << 20
 )
-
-// chunkByDefault makes a zero ChunkRows/ChunkBytes mean DefaultChunkRows/DefaultChunkBytes;
-// while false it means no cap (every transaction one chunk), until the pipeline delivers More
-// chunks (issue 13).
-const chunkByDefault = true
 
 func (c Config) withDefaults() Config {
 	if c.HeartbeatPeriod <= 0 {
@@ -84,10 +79,10 @@ func (c Config) withDefaults() Config {
 	if c.ReconnectTimeout <= 0 {
 		c.ReconnectTimeout = time.Minute
 	}
-	if c.ChunkRows == 0 && chunkByDefault {
+	if c.ChunkRows == 0 {
 		c.ChunkRows = DefaultChunkRows
 	}
-	if c.ChunkBytes == 0 && chunkByDefault {
+	if c.ChunkBytes == 0 {
 		c.ChunkBytes = DefaultChunkBytes
 	}
 	return c

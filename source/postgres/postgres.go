@@ -60,23 +60,18 @@ type Config struct {
 	CoverageCheckInterval time.Duration
 	// ChunkRows and ChunkBytes cap one chunk of a transaction (source.Tx): at most ChunkRows rows
 	// and ChunkBytes bytes (source.RowBytes per row; a single bigger row is a chunk alone), so a
-	// transaction of any size is held in bounded memory. 0: the default (see chunkByDefault);
+	// transaction of any size is held in bounded memory. 0: the default (DefaultChunkRows, DefaultChunkBytes);
 	// negative: no cap. Without any cap every transaction is one chunk.
 	ChunkRows  int
 	ChunkBytes int
 }
 
 // DefaultChunkRows and DefaultChunkBytes are the chunk caps a zero Config.ChunkRows and
-// Config.ChunkBytes stand for once chunkByDefault is set.
+// Config.ChunkBytes stand for.
 const (
 	DefaultChunkRows  = 1024
 	DefaultChunkBytes = 1 << 20
 )
-
-// chunkByDefault makes a zero ChunkRows/ChunkBytes mean DefaultChunkRows/DefaultChunkBytes;
-// while false it means no cap (every transaction one chunk), until the pipeline delivers More
-// chunks (issue 13).
-const chunkByDefault = true
 
 const (
 	defaultStandbyTimeout = 10 * time.Second
@@ -160,10 +155,10 @@ func New(cfg Config, log *slog.Logger) *Source {
 	if cfg.CoverageCheckInterval <= 0 {
 		cfg.CoverageCheckInterval = defaultCoverageCheckInterval
 	}
-	if cfg.ChunkRows == 0 && chunkByDefault {
+	if cfg.ChunkRows == 0 {
 		cfg.ChunkRows = DefaultChunkRows
 	}
-	if cfg.ChunkBytes == 0 && chunkByDefault {
+	if cfg.ChunkBytes == 0 {
 		cfg.ChunkBytes = DefaultChunkBytes
 	}
 	if log == nil {
