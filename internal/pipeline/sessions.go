@@ -50,7 +50,7 @@ func readTransactions(ctx context.Context, src source.Source, buffer int, budget
 }
 
 // DefaultReadAheadBytes is the read-ahead byte budget when ReadAheadBytes is not set.
-const DefaultReadAheadBytes = 4 << 20
+const DefaultReadAheadBytes = 2 << 20
 
 // readBudget bounds the rows and bytes buffered between the reader and the loop (the chunk
 // channel alone would bound chunks, not their size), so that when the loop stops taking chunks

@@ -41,10 +41,10 @@ type eventFeed struct {
 }
 
 const (
-	feedBatch      = 128     // events collected before a hand-off inside a large transaction
-	feedBatchBytes = 1 << 20 // or bytes
-	feedQueue      = 512     // events waiting for Next before the reading goroutine stops
-	feedQueueBytes = 4 << 20 // or bytes
+	feedBatch      = 128       // events collected before a hand-off inside a large transaction
+	feedBatchBytes = 256 << 10 // or bytes
+	feedQueue      = 512       // events waiting for Next before the reading goroutine stops
+	feedQueueBytes = 1 << 20   // or bytes
 )
 
 // errAbandoned ends a stream whose reading goroutine was told to stop (Close, reconnect,
