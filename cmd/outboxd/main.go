@@ -124,9 +124,10 @@ func runCmd(args []string, stderr io.Writer) int {
 		return code
 	}
 	log := app.NewLogger(cfg.Log, stderr)
-	if stopGC, ok := gcfloor.Start(gcFloorMiB << 20); ok {
+	limit := gcfloor.Limit(gcFloorMiB<<20, gcfloor.Caps{InflightRecords: cfg.Kafka.MaxInflight, MaxRecordBytes: cfg.Kafka.MaxRecordBytes})
+	if stopGC, ok := gcfloor.StartWithLimit(gcFloorMiB<<20, limit); ok {
 		defer stopGC()
-		log.Debug("garbage collector: heap goal kept at or above a floor (set GOGC or GOMEMLIMIT to manage it yourself)", "floor_mib", gcFloorMiB)
+		log.Debug("garbage collector: heap goal kept at or above a floor, soft memory limit from the caps (set GOGC or GOMEMLIMIT to manage it yourself)", "floor_mib", gcFloorMiB, "limit_mib", limit>>20)
 	}
 	ctx, stop := signalContext(stderr)
 	defer stop()

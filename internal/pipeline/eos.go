@@ -91,7 +91,7 @@ type EOSOptions struct {
 	MaxBytes         int           // record bytes per Kafka transaction (default 4 MiB)
 	RetainBytes      int           // a batch keeps its records for an in-memory redo up to this (default MaxBytes); past it a redo re-reads
 	MaxInflight      int           // unacked records in the open Kafka transaction (default 4096)
-	MaxInflightBytes int           // their bytes (default 8 MiB)
+	MaxInflightBytes int           // their bytes (default 4 MiB)
 	MaxRecordBytes   int           // the producer's record size limit; bigger dead letters lose their value (default 1 MiB)
 	Linger           time.Duration // how long a batch waits for more after its first record (default 50ms)
 	IdleInterval     time.Duration // how often a batch with only idle progress is committed (default 1s)

@@ -53,7 +53,7 @@ type Options struct {
 	DLQBreaker Breaker
 
 	MaxInflight int // unresolved records (default 4096)
-	// MaxInflightBytes caps the bytes (source.RowBytes) of unresolved records (default 8 MiB);
+	// MaxInflightBytes caps the bytes (source.RowBytes) of unresolved records (default 4 MiB);
 	// a chunk bigger than that is taken alone when nothing is in flight.
 	MaxInflightBytes int
 	MaxRecordBytes   int           // the producer's record size limit; bigger dead letters lose their value (default 1 MiB)
@@ -125,7 +125,7 @@ func (o *Options) defaults() {
 		o.MaxInflight = 4096
 	}
 	if o.MaxInflightBytes <= 0 {
-		o.MaxInflightBytes = 8 << 20
+		o.MaxInflightBytes = 4 << 20
 	}
 	if o.MaxTxs <= 0 {
 		o.MaxTxs = 4 * o.MaxInflight

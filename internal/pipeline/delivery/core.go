@@ -71,7 +71,7 @@ type Config struct {
 	// A chunk is accepted when it fits both, or when nothing is in flight (so an oversized chunk
 	// goes alone instead of wedging the pipeline).
 	MaxInflight      int // default 4096
-	MaxInflightBytes int // default 8 MiB
+	MaxInflightBytes int // default 4 MiB
 	MaxTxs           int // ALO: transactions tracked but not yet committed (default 4*MaxInflight)
 
 	// EOS: batching of source transactions into Kafka transactions.
@@ -109,7 +109,7 @@ func (c *Config) defaults() {
 		c.MaxInflight = 4096
 	}
 	if c.MaxInflightBytes <= 0 {
-		c.MaxInflightBytes = 8 << 20
+		c.MaxInflightBytes = 4 << 20
 	}
 	if c.MaxTxs <= 0 {
 		c.MaxTxs = 4 * c.MaxInflight
