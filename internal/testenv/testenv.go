@@ -8,13 +8,37 @@ package testenv
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
+	"sync"
 	"testing"
 )
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+//
+// It picks at random below the kernel's ephemeral range (ip_local_port_range, 32768–60999 on
+// Linux), never the same port twice in one process: a port from the ephemeral range (what
+// listening on :0 gives) can be taken by any outgoing connection's local end — tests open
+// thousands — between this call and the server's bind, which showed up as "address already in
+// use" in CI. Other test processes pick from the same 12,000 ports at random, so a collision
+// needs the same pick within that window. Falls back to :0 when no port is found.
 func FreePort() (int, error) {
+	portMu.Lock()
+	defer portMu.Unlock()
+	for range 200 {
+		p := portLow + rand.IntN(portHigh-portLow)
+		if portsHanded[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		portsHanded[p] = true
+		return p, nil
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("find a free port: %w", err)
@@ -22,6 +46,13 @@ func FreePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+const portLow, portHigh = 20000, 32000
+
+var (
+	portMu      sync.Mutex
+	portsHanded = map[int]bool{}
+)
 
 // InCI reports whether we run under CI (CI=true), where a server that cannot start is a failure,
 // never a skip.
