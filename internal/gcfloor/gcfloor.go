@@ -9,7 +9,8 @@
 // GOGC from the live heap); Go has no built-in minimum heap goal, and GOMEMLIMIT is a ceiling,
 // which with GOGC=off would spin the collector once the live heap nears it.
 //
-// Start it once, from main; it does nothing when the user set GOGC or GOMEMLIMIT.
+// Start (or StartWithLimit, which adds a soft memory limit derived from outboxd's caps; see
+// Limit) it once, from main; it does nothing when the user set GOGC or GOMEMLIMIT.
 package gcfloor
 
 import (
