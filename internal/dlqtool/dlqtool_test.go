@@ -306,3 +306,31 @@ func TestTransformDeadLettersCarryTheEventID(t *testing.T) {
 		t.Errorf("id from the row: %q", got.EventID("id"))
 	}
 }
+
+// A row of a chunk before its transaction's last has no position yet: the dead letter carries
+// outboxd.source.after (as the pipeline's dead-letter builder adds it), and both forms show it;
+// an ordinary dead letter shows no after field.
+func TestSourceAfterShown(t *testing.T) {
+	rec := sink.Record{Topic: "outbox.event.x", Key: []byte("k"), Value: []byte("v"), Headers: []sink.Header{{Key: "id", Value: []byte("e3")}}}
+	dl := pipeline.DeadLetter(rec, row("id", "e3", "aggregatetype", "x", "aggregateid", "k", "payload", "v"), "produce", "record_too_large",
+		"kafka: record_too_large", "", now)
+	dl.Headers = append(dl.Headers, sink.Header{Key: pipeline.HeaderSourceAfter, Value: []byte("0/16B0000")})
+	var b bytes.Buffer
+	if err := Text(&b, toRecord(dl, 0, 1), "id"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), ` position="" after=0/16B0000 id=e3 `) {
+		t.Fatalf("text: %s", b.String())
+	}
+	if j := ToJSON(toRecord(dl, 0, 1), "id"); j.SourcePosition != "" || j.SourceAfter != "0/16B0000" {
+		t.Fatalf("json: %+v", j)
+	}
+	b.Reset()
+	Text(&b, toRecord(produceStage("e1", "outbox.event.big", "k", "v", "record_too_large"), 0, 2), "id")
+	if strings.Contains(b.String(), "after=") {
+		t.Fatalf("an ordinary dead letter shows after=: %s", b.String())
+	}
+	if j := ToJSON(toRecord(produceStage("e1", "outbox.event.big", "k", "v", "record_too_large"), 0, 2), "id"); j.SourceAfter != "" {
+		t.Fatalf("json source_after on an ordinary dead letter: %q", j.SourceAfter)
+	}
+}

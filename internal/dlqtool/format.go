@@ -39,6 +39,9 @@ func Text(w io.Writer, r *Record, idColumn string) error {
 	field("topic", r.OriginalTopic())
 	field("table", r.SourceTable())
 	field("position", r.SourcePosition())
+	if after := r.SourceAfter(); after != "" {
+		field("after", after) // a row of a transaction's non-last chunk: it lies after this position
+	}
 	field("id", r.EventID(idColumn))
 	if r.Key == nil {
 		b.WriteString(" key=<null>")
@@ -83,6 +86,7 @@ type JSONRecord struct {
 	OriginalTopic  string            `json:"original_topic"`
 	SourceTable    string            `json:"source_table"`
 	SourcePosition string            `json:"source_position"`
+	SourceAfter    string            `json:"source_after,omitempty"`
 	ID             string            `json:"id"`
 	Key            *string           `json:"key"`
 	KeyEncoding    string            `json:"key_encoding,omitempty"`
@@ -109,7 +113,7 @@ func ToJSON(r *Record, idColumn string) JSONRecord {
 	j := JSONRecord{
 		Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp.UTC(), Time: r.ErrorTime(),
 		Reason: r.Reason(), Stage: r.Stage(), Message: r.Message(), OriginalTopic: r.OriginalTopic(),
-		SourceTable: r.SourceTable(), SourcePosition: r.SourcePosition(), ID: r.EventID(idColumn),
+		SourceTable: r.SourceTable(), SourcePosition: r.SourcePosition(), SourceAfter: r.SourceAfter(), ID: r.EventID(idColumn),
 		Headers: make(map[string]string, len(r.Headers)),
 	}
 	j.Key, j.KeyEncoding = encodeBytes(r.Key)

@@ -54,14 +54,16 @@ func (r *Record) Header(k string) (string, bool) {
 
 func (r *Record) h(k string) string { v, _ := r.Header(k); return v }
 
-// Reason, Stage, Message, OriginalTopic, SourceTable, SourcePosition and ErrorTime return the
-// outboxd.* headers of the contract ("" when absent).
+// Reason, Stage, Message, OriginalTopic, SourceTable, SourcePosition, SourceAfter and ErrorTime
+// return the outboxd.* headers of the contract ("" when absent). SourceAfter is set only on a
+// row of a chunk before its transaction's last, whose SourcePosition is then "".
 func (r *Record) Reason() string         { return r.h(pipeline.HeaderReason) }
 func (r *Record) Stage() string          { return r.h(pipeline.HeaderStage) }
 func (r *Record) Message() string        { return r.h(pipeline.HeaderMessage) }
 func (r *Record) OriginalTopic() string  { return r.h(pipeline.HeaderOriginalTopic) }
 func (r *Record) SourceTable() string    { return r.h(pipeline.HeaderSourceTable) }
 func (r *Record) SourcePosition() string { return r.h(pipeline.HeaderSourcePosition) }
+func (r *Record) SourceAfter() string    { return r.h(pipeline.HeaderSourceAfter) }
 func (r *Record) ErrorTime() string      { return r.h(pipeline.HeaderErrorTime) }
 
 // RowValue reports whether the value is the source row as a JSON object rather than the

@@ -58,7 +58,7 @@ type Where struct {
 	Position offsets.Position
 	// After is the end of the transaction before the row's one (or the position the session
 	// opened at): set when Position is "", so the dead letter still says where the row lies
-	// (header outboxd.source.after; DESIGN §6 R4).
+	// (header outboxd.source.after).
 	After offsets.Position
 }
 
