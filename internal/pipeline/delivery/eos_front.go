@@ -26,7 +26,7 @@ package delivery
 // A Kafka transaction must end within the producer's transaction timeout, so a source
 // transaction that would outlive it (its Kafka transaction is older than TxnTimeout −
 // min(max(TxnTimeout/10, 2s), TxnTimeout/2) while its last chunk has not come) is aborted and
-// the run// fails loudly with the fix (guard in eos_batch.go).
+// the run fails loudly with the fix (guard in eos_batch.go).
 
 import (
 	"errors"
