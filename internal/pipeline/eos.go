@@ -214,7 +214,7 @@ func RunExactlyOnce(ctx context.Context, o EOSOptions) error {
 		context.AfterFunc(work, func() { t.Stop() })
 	})
 	defer stopAfter()
-	r := &eosRunner{o: o, log: o.Log, work: work, budget: budget, wake: make(chan struct{}, 1)}
+	r := &eosRunner{o: o, log: o.Log, work: work, budget: budget, outcomes: newOutcomeQueue()}
 	defer func() {
 		if r.prod != nil {
 			r.closeProducer()
@@ -325,7 +325,7 @@ func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
 		select {
 		case held = <-in:
 			hasHeld = true
-		case <-r.wake:
+		case <-r.outcomes.C:
 			r.deliverOutcomes()
 		case now := <-timerC:
 			armed = time.Time{}

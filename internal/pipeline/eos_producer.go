@@ -6,7 +6,6 @@ package pipeline
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/outboxd/outboxd/internal/pipeline/delivery"
@@ -24,16 +23,9 @@ type eosRunner struct {
 	work   context.Context // ends ShutdownTimeout after the run context
 	budget *stopBudget     // the stop's one deadline (work ends at it)
 
-	mu       sync.Mutex
-	outcomes []eosOutcome // done callbacks, for the loop
-	wake     chan struct{}
+	outcomes *outcomeQueue // done callbacks, for the loop
 
 	lastLog time.Time
-}
-
-type eosOutcome struct {
-	id  delivery.ID
-	err error
 }
 
 func (r *eosRunner) coreConfig() delivery.Config {
@@ -79,7 +71,7 @@ func (r *eosRunner) execute(rd delivery.Ready) func(time.Time) {
 	}
 	for _, s := range rd.Sends {
 		id := s.ID
-		if err := r.producer().Produce(r.work, s.Rec, func(err error) { r.done(id, err) }); err != nil {
+		if err := r.producer().Produce(r.work, s.Rec, func(err error) { r.outcomes.push(id, err) }); err != nil {
 			c.Refused(time.Now(), id, err)
 			break
 		}
@@ -113,24 +105,12 @@ func (r *eosRunner) producer() TxnProducer {
 	return r.prod
 }
 
-func (r *eosRunner) done(id delivery.ID, err error) {
-	r.mu.Lock()
-	r.outcomes = append(r.outcomes, eosOutcome{id, err})
-	r.mu.Unlock()
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
-}
-
 func (r *eosRunner) deliverOutcomes() {
-	r.mu.Lock()
-	out := r.outcomes
-	r.outcomes = nil
-	r.mu.Unlock()
+	batch := r.outcomes.take()
 	now := time.Now()
-	for _, o := range out {
-		r.core.Outcome(now, o.id, o.err)
+	for i := range batch {
+		r.core.Outcome(now, batch[i].id, batch[i].err)
+		batch[i] = outcome{}
 	}
 }
 

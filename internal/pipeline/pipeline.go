@@ -20,7 +20,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/outboxd/outboxd/internal/pipeline/delivery"
@@ -108,16 +107,7 @@ type runner struct {
 	saving  bool
 	stopped bool // Stop was given to the core: saves from now on are the final ones
 
-	mu       sync.Mutex
-	outcomes []outcome // filled by the producer's done callbacks
-	spare    []outcome
-	wake     chan struct{}
-}
-
-// outcome is one done(err) of the producer.
-type outcome struct {
-	id  delivery.ID
-	err error
+	outcomes *outcomeQueue // filled by the producer's done callbacks
 }
 
 func (o *Options) defaults() {
@@ -164,7 +154,7 @@ func (o *Options) defaults() {
 // never retried.
 func Run(ctx context.Context, o Options) error {
 	o.defaults()
-	r := &runner{o: o, log: o.Log, wake: make(chan struct{}, 1), saved: make(chan saveResult, 1), budget: newStopBudget(ctx, o.ShutdownTimeout)}
+	r := &runner{o: o, log: o.Log, outcomes: newOutcomeQueue(), saved: make(chan saveResult, 1), budget: newStopBudget(ctx, o.ShutdownTimeout)}
 	defer r.budget.release()
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
@@ -260,7 +250,7 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 		case held = <-in:
 			budget.free(len(held.Rows), held.Bytes)
 			pending = &held
-		case <-r.wake:
+		case <-r.outcomes.C:
 			r.handleOutcomes()
 		case res := <-r.saved:
 			r.saving = false
@@ -348,22 +338,11 @@ func (r *runner) execute(saveCtx context.Context, rd *delivery.Ready) error {
 }
 
 func (r *runner) doneFunc(id delivery.ID) func(error) {
-	return func(err error) {
-		r.mu.Lock()
-		r.outcomes = append(r.outcomes, outcome{id: id, err: err})
-		r.mu.Unlock()
-		select {
-		case r.wake <- struct{}{}:
-		default:
-		}
-	}
+	return func(err error) { r.outcomes.push(id, err) }
 }
 
 func (r *runner) handleOutcomes() {
-	r.mu.Lock()
-	batch := r.outcomes
-	r.outcomes, r.spare = r.spare[:0], batch
-	r.mu.Unlock()
+	batch := r.outcomes.take()
 	now := time.Now()
 	ev, d := r.stall.progress(now)
 	logStall(r.log, ev, d, r.core.Inflight())
