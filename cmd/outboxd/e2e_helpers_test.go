@@ -138,8 +138,15 @@ func (e *env) start() *proc {
 // startProc starts `outboxd run -c cfgPath` and kills it at the end of the test.
 func startProc(t *testing.T, cfgPath string) *proc {
 	t.Helper()
+	return startProcEnv(t, cfgPath, nil)
+}
+
+// startProcEnv is startProc with extra environment variables.
+func startProcEnv(t *testing.T, cfgPath string, extraEnv []string) *proc {
+	t.Helper()
 	p := &proc{out: &syncBuf{}, done: make(chan struct{})}
 	p.cmd = exec.Command(binPath, "run", "-c", cfgPath)
+	p.cmd.Env = append(os.Environ(), extraEnv...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -103,37 +102,6 @@ func (b *bigEnv) start(extraEnv ...string) *proc {
 		}
 		rows, _ := b.my.db.Query("", "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
 		return len(rows) == 1 && rows[0][0] != "0"
-	})
-	return p
-}
-
-// startProcEnv is startProc with extra environment variables.
-func startProcEnv(t *testing.T, cfgPath string, extraEnv []string) *proc {
-	t.Helper()
-	p := &proc{out: &syncBuf{}, done: make(chan struct{})}
-	p.cmd = exec.Command(binPath, "run", "-c", cfgPath)
-	p.cmd.Env = append(os.Environ(), extraEnv...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		err := p.cmd.Wait()
-		if ee, ok := err.(*exec.ExitError); ok {
-			p.code = ee.ExitCode()
-		}
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("outboxd output:\n%s", p.out.String())
-		}
 	})
 	return p
 }
@@ -240,36 +208,13 @@ func visiblePositionOf(t *testing.T, addr, key string) string {
 // topicExists asks the broker for topic's metadata without auto-creating it.
 func topicExists(t *testing.T, addr, topic string) bool {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	meta := kmsg.NewPtrMetadataRequest()
-	mt := kmsg.NewMetadataRequestTopic()
-	mt.Topic = kmsg.StringPtr(topic)
-	meta.Topics = append(meta.Topics, mt)
-	mr, err := meta.RequestWith(ctx, cl)
-	if err != nil {
-		t.Fatalf("metadata of %s: %v", topic, err)
-	}
-	return len(mr.Topics) == 1 && mr.Topics[0].ErrorCode == 0
+	return topicMeta(t, addr, topic, nil)
 }
 
-// waitCovered waits until the stored position covers x.
-func (b *bigEnv) waitCovered(x bigTx, d time.Duration, what string) {
-	b.t.Helper()
-	t0 := time.Now()
-	waitUntil(b.t, d, what+": the stored position covers the transaction ("+x.mark+")", func() bool { return x.covers(b.position()) })
-	b.t.Logf("%s: stored position covers it after %v", what, time.Since(t0).Round(time.Millisecond))
-}
-
-// endOffsets sums, over the partitions of topic, the high watermark (records written, committed
-// or not, plus transaction markers) and the last stable offset (read_committed's end). A topic
-// that does not exist yet has 0, 0.
-func endOffsets(t *testing.T, addr, topic string) (hwm, lso int64) {
+// topicMeta asks the broker for topic's metadata without auto-creating it and, when the topic
+// exists, calls f (if not nil) with a client and a context that stay valid for the call.
+// It reports whether the topic exists.
+func topicMeta(t *testing.T, addr, topic string, f func(*kgo.Client, context.Context, *kmsg.MetadataResponseTopic)) bool {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
 	if err != nil {
@@ -287,38 +232,59 @@ func endOffsets(t *testing.T, addr, topic string) (hwm, lso int64) {
 		t.Fatalf("metadata of %s: %v", topic, err)
 	}
 	if len(mr.Topics) != 1 || mr.Topics[0].ErrorCode != 0 {
-		return 0, 0
+		return false
 	}
-	for _, level := range []int8{0, 1} {
-		req := kmsg.NewPtrListOffsetsRequest()
-		req.IsolationLevel = level
-		rt := kmsg.NewListOffsetsRequestTopic()
-		rt.Topic = topic
-		for _, p := range mr.Topics[0].Partitions {
-			rp := kmsg.NewListOffsetsRequestTopicPartition()
-			rp.Partition, rp.Timestamp, rp.CurrentLeaderEpoch = p.Partition, -1, -1
-			rt.Partitions = append(rt.Partitions, rp)
-		}
-		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(ctx, cl) // kgo splits it by partition leader
-		if err != nil {
-			t.Fatalf("list offsets of %s: %v", topic, err)
-		}
-		var sum int64
-		for _, rt := range resp.Topics {
-			for _, rp := range rt.Partitions {
-				if rp.ErrorCode != 0 {
-					t.Fatalf("list offsets of %s[%d]: error code %d", topic, rp.Partition, rp.ErrorCode)
+	if f != nil {
+		f(cl, ctx, &mr.Topics[0])
+	}
+	return true
+}
+
+// waitCovered waits until the stored position covers x.
+func (b *bigEnv) waitCovered(x bigTx, d time.Duration, what string) {
+	b.t.Helper()
+	t0 := time.Now()
+	waitUntil(b.t, d, what+": the stored position covers the transaction ("+x.mark+")", func() bool { return x.covers(b.position()) })
+	b.t.Logf("%s: stored position covers it after %v", what, time.Since(t0).Round(time.Millisecond))
+}
+
+// endOffsets sums, over the partitions of topic, the high watermark (records written, committed
+// or not, plus transaction markers) and the last stable offset (read_committed's end). A topic
+// that does not exist yet has 0, 0.
+func endOffsets(t *testing.T, addr, topic string) (hwm, lso int64) {
+	t.Helper()
+	topicMeta(t, addr, topic, func(cl *kgo.Client, ctx context.Context, mt *kmsg.MetadataResponseTopic) {
+		for _, level := range []int8{0, 1} {
+			req := kmsg.NewPtrListOffsetsRequest()
+			req.IsolationLevel = level
+			rt := kmsg.NewListOffsetsRequestTopic()
+			rt.Topic = topic
+			for _, p := range mt.Partitions {
+				rp := kmsg.NewListOffsetsRequestTopicPartition()
+				rp.Partition, rp.Timestamp, rp.CurrentLeaderEpoch = p.Partition, -1, -1
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			req.Topics = append(req.Topics, rt)
+			resp, err := req.RequestWith(ctx, cl) // kgo splits it by partition leader
+			if err != nil {
+				t.Fatalf("list offsets of %s: %v", topic, err)
+			}
+			var sum int64
+			for _, rt := range resp.Topics {
+				for _, rp := range rt.Partitions {
+					if rp.ErrorCode != 0 {
+						t.Fatalf("list offsets of %s[%d]: error code %d", topic, rp.Partition, rp.ErrorCode)
+					}
+					sum += rp.Offset
 				}
-				sum += rp.Offset
+			}
+			if level == 0 {
+				hwm = sum
+			} else {
+				lso = sum
 			}
 		}
-		if level == 0 {
-			hwm = sum
-		} else {
-			lso = sum
-		}
-	}
+	})
 	return hwm, lso
 }
 
