@@ -323,23 +323,5 @@ func FuzzDecodeChunks(f *testing.F) {
 func BenchmarkDecodeInsertChunked(b *testing.B) {
 	d := NewDecoder([]string{"public.outbox"})
 	d.SetChunkCaps(DefaultChunkRows, DefaultChunkBytes)
-	ins := testInsert()
-	begin, commit := beginMsg(0x10, t0, 1), commitMsg(0x10, 0x20, t0)
-	if _, _, err := d.Decode(relMsg(1, "public", "outbox", outboxCols...)); err != nil {
-		b.Fatal(err)
-	}
-	b.SetBytes(int64(len(ins)))
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if i%5000 == 0 {
-			if d.InTx() {
-				d.Decode(commit)
-			}
-			d.Decode(begin)
-		}
-		if _, _, err := d.Decode(ins); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchDecodeInserts(b, d, testInsert(), 5000)
 }

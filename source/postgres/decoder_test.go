@@ -353,9 +353,12 @@ func TestLSN(t *testing.T) {
 // BenchmarkDecodeInsert measures decoding one outbox INSERT (one op = one row); transactions
 // hold 100 rows. -benchmem's allocs/op is allocations per row.
 func BenchmarkDecodeInsert(b *testing.B) {
-	d := NewDecoder([]string{"public.outbox"})
 	payload := `{"orderId": "6d3f1c2e-5a4b-4c3d-9e8f-0a1b2c3d4e5f", "amount": 12345, "currency": "EUR", "items": [1, 2, 3]}`
-	ins := insertMsg(1, outboxRow("6d3f1c2e-5a4b-4c3d-9e8f-0a1b2c3d4e5f", "customer-42", payload)...)
+	benchDecodeInserts(b, NewDecoder([]string{"public.outbox"}), insertMsg(1, outboxRow("6d3f1c2e-5a4b-4c3d-9e8f-0a1b2c3d4e5f", "customer-42", payload)...), 100)
+}
+
+// benchDecodeInserts decodes ins b.N times, in transactions of txRows rows.
+func benchDecodeInserts(b *testing.B, d *Decoder, ins []byte, txRows int) {
 	begin, commit := beginMsg(0x10, t0, 1), commitMsg(0x10, 0x20, t0)
 	if _, _, err := d.Decode(relMsg(1, "public", "outbox", outboxCols...)); err != nil {
 		b.Fatal(err)
@@ -364,7 +367,7 @@ func BenchmarkDecodeInsert(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if i%100 == 0 {
+		if i%txRows == 0 {
 			if d.InTx() {
 				d.Decode(commit)
 			}
