@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/outboxd/outboxd/internal/gcfloor"
 	"io"
 	"os"
 	"runtime"
@@ -14,6 +13,9 @@ import (
 
 	"github.com/outboxd/outboxd/internal/app"
 	"github.com/outboxd/outboxd/internal/config"
+	"github.com/outboxd/outboxd/internal/gcfloor"
+	"github.com/outboxd/outboxd/internal/pipeline"
+	"github.com/outboxd/outboxd/internal/pipeline/delivery"
 	"github.com/outboxd/outboxd/offsets"
 )
 
@@ -124,7 +126,8 @@ func runCmd(args []string, stderr io.Writer) int {
 		return code
 	}
 	log := app.NewLogger(cfg.Log, stderr)
-	limit := gcfloor.Limit(gcFloorMiB<<20, gcfloor.Caps{InflightRecords: cfg.Kafka.MaxInflight, MaxRecordBytes: cfg.Kafka.MaxRecordBytes})
+	limit := gcfloor.Limit(gcFloorMiB<<20, gcfloor.Caps{InflightRecords: cfg.Kafka.MaxInflight, MaxRecordBytes: cfg.Kafka.MaxRecordBytes,
+		InflightBytes: delivery.DefaultMaxInflightBytes, ReadAheadBytes: pipeline.DefaultReadAheadBytes})
 	if stopGC, ok := gcfloor.StartWithLimit(gcFloorMiB<<20, limit); ok {
 		defer stopGC()
 		log.Debug("garbage collector: heap goal kept at or above a floor, soft memory limit from the caps (set GOGC or GOMEMLIMIT to manage it yourself)", "floor_mib", gcFloorMiB, "limit_mib", limit>>20)

@@ -5,8 +5,8 @@ import (
 	"runtime/debug"
 )
 
-// Caps are the caps that bound outboxd's live heap. A zero field stands for outboxd's default
-// (keep these in step with internal/pipeline and internal/pipeline/delivery).
+// Caps are the caps that bound outboxd's live heap. outboxd run passes every field from the
+// pipeline's own values (cmd/outboxd); a zero field stands for today's default there.
 type Caps struct {
 	InflightRecords int // kafka.max_inflight: unresolved records (default 4096)
 	InflightBytes   int // their row bytes, the delivery core's byte cap (default 4 MiB)

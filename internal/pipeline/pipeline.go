@@ -112,10 +112,10 @@ type runner struct {
 
 func (o *Options) defaults() {
 	if o.MaxInflight <= 0 {
-		o.MaxInflight = 4096
+		o.MaxInflight = delivery.DefaultMaxInflight
 	}
 	if o.MaxInflightBytes <= 0 {
-		o.MaxInflightBytes = 4 << 20
+		o.MaxInflightBytes = delivery.DefaultMaxInflightBytes
 	}
 	if o.MaxTxs <= 0 {
 		o.MaxTxs = 4 * o.MaxInflight

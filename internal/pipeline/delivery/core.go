@@ -104,12 +104,19 @@ type Config struct {
 	Breaker         Breaker // kafka.dlq_max_rate; the zero value never trips
 }
 
+// DefaultMaxInflight and DefaultMaxInflightBytes are the in-flight caps a zero Config field
+// stands for: records, and their bytes (source.ChunkBytes).
+const (
+	DefaultMaxInflight      = 4096
+	DefaultMaxInflightBytes = 4 << 20
+)
+
 func (c *Config) defaults() {
 	if c.MaxInflight <= 0 {
-		c.MaxInflight = 4096
+		c.MaxInflight = DefaultMaxInflight
 	}
 	if c.MaxInflightBytes <= 0 {
-		c.MaxInflightBytes = 4 << 20
+		c.MaxInflightBytes = DefaultMaxInflightBytes
 	}
 	if c.MaxTxs <= 0 {
 		c.MaxTxs = 4 * c.MaxInflight
