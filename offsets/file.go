@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/outboxd/outboxd/source"
 )
 
 // Store keeps the last fully delivered position durably.
@@ -17,8 +19,8 @@ import (
 // once p is durable (survives a crash of this process and of the machine). Callers call Save with
 // non-decreasing positions from one goroutine; Load and Save are not called concurrently.
 type Store interface {
-	Load(ctx context.Context) (Position, error)
-	Save(ctx context.Context, p Position) error
+	Load(ctx context.Context) (source.Position, error)
+	Save(ctx context.Context, p source.Position) error
 }
 
 // FileStore stores the position in a small JSON file, replaced atomically: write a temp file in
@@ -31,16 +33,16 @@ type FileStore struct {
 }
 
 type fileDoc struct {
-	Position Position  `json:"position"`
-	Source   string    `json:"source,omitempty"`
-	Updated  time.Time `json:"updated"`
+	Position source.Position `json:"position"`
+	Source   string          `json:"source,omitempty"`
+	Updated  time.Time       `json:"updated"`
 }
 
 // Load reads the stored position. It is "" (none stored) when the file does not exist or
 // holds no position: empty, `{}`, `null` or a document without "position" (outboxd never
 // writes such a file; the source decides what "none" means, and MySQL refuses it without an
 // explicit source.mysql.start). Anything else that is not such a document is an error, never "".
-func (f *FileStore) Load(ctx context.Context) (Position, error) {
+func (f *FileStore) Load(ctx context.Context) (source.Position, error) {
 	b, err := os.ReadFile(f.Path)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", nil
@@ -62,7 +64,7 @@ func (f *FileStore) Load(ctx context.Context) (Position, error) {
 }
 
 // Save writes p durably.
-func (f *FileStore) Save(ctx context.Context, p Position) error {
+func (f *FileStore) Save(ctx context.Context, p source.Position) error {
 	b, _ := json.Marshal(fileDoc{Position: p, Source: f.Source, Updated: time.Now().UTC()})
 	dir := filepath.Dir(f.Path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/outboxd/outboxd/source"
 )
 
 func TestFileStore(t *testing.T) {
@@ -16,7 +18,7 @@ func TestFileStore(t *testing.T) {
 	if err != nil || p != "" {
 		t.Fatalf("missing file: %q %v", p, err)
 	}
-	for _, want := range []Position{"0/16B3748", "0/16B3800", "1/0"} {
+	for _, want := range []source.Position{"0/16B3748", "0/16B3800", "1/0"} {
 		if err := f.Save(ctx, want); err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,8 @@ package offsets
 import (
 	"errors"
 	"fmt"
+
+	"github.com/outboxd/outboxd/source"
 )
 
 // ErrFull is returned by Track when the tracker already holds its cap of pending records or
@@ -28,7 +30,7 @@ type Tracker struct {
 }
 
 type entry struct {
-	pos       Position
+	pos       source.Position
 	remaining int
 	open      bool // the transaction's last chunk has not been added yet
 	abandoned bool // dropped by Abandon: Commit passes it without yielding a position
@@ -48,7 +50,7 @@ type Seq uint64
 
 // Track appends a whole transaction ending at pos with n records still to resolve and returns its
 // sequence number: Add(n, false, pos). It is an error while a chunked transaction is open.
-func (t *Tracker) Track(pos Position, n int) (Seq, error) {
+func (t *Tracker) Track(pos source.Position, n int) (Seq, error) {
 	if t.tailOpen() {
 		return 0, fmt.Errorf("offsets: Track(%s) while a chunked transaction is open (its last chunk has not come)", pos)
 	}
@@ -66,7 +68,7 @@ func (t *Tracker) Track(pos Position, n int) (Seq, error) {
 // accepted whatever its size when nothing is unresolved, so that one huge chunk cannot wedge
 // the pipeline. The open transaction's records resolve without its later chunks, so waiting
 // for room never deadlocks.
-func (t *Tracker) Add(n int, more bool, pos Position) (Seq, error) {
+func (t *Tracker) Add(n int, more bool, pos source.Position) (Seq, error) {
 	if n < 0 {
 		return 0, fmt.Errorf("offsets: negative record count %d", n)
 	}
@@ -133,7 +135,7 @@ func (t *Tracker) Done(s Seq) error {
 // Commit removes the longest prefix of fully resolved, closed transactions and returns the
 // position of the last one removed. ok is false when the oldest transaction is still unresolved
 // or open (or nothing is tracked): then nothing may be stored.
-func (t *Tracker) Commit() (pos Position, ok bool) {
+func (t *Tracker) Commit() (pos source.Position, ok bool) {
 	for t.n > 0 {
 		e := &t.entries[t.head]
 		if e.remaining > 0 || e.open {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/outboxd/outboxd/source"
 )
 
 // Chunked transactions (issue 13): Add with more=true keeps the transaction open; Commit stops
@@ -188,7 +190,7 @@ func TestTrackerChunksRandom(t *testing.T) {
 		tr := NewTracker(1+rng.IntN(12), 1+rng.IntN(6))
 		type mtx struct {
 			seq      Seq
-			pos      Position
+			pos      source.Position
 			total    int
 			resolved int
 			closed   bool
@@ -213,9 +215,9 @@ func TestTrackerChunksRandom(t *testing.T) {
 					}
 					continue
 				}
-				pos := Position("")
+				pos := source.Position("")
 				if !more {
-					pos = Position(fmt.Sprint(len(all)))
+					pos = source.Position(fmt.Sprint(len(all)))
 				}
 				s, err := tr.Add(n, more, pos)
 				must(t, err)

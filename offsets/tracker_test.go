@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand"
 	"testing"
+
+	"github.com/outboxd/outboxd/source"
 )
 
 func TestTrackerInOrder(t *testing.T) {
@@ -117,7 +119,7 @@ func TestTrackerRandomOrders(t *testing.T) {
 			if next < total && rng.Intn(2) == 0 {
 				n := rng.Intn(5)
 				if tr.CanTrack(n) {
-					s, err := tr.Track(Position(fmt.Sprint(next)), n)
+					s, err := tr.Track(source.Position(fmt.Sprint(next)), n)
 					must(t, err)
 					seqs[next], sizes[next] = s, n
 					for i := 0; i < n; i++ {

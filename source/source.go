@@ -7,8 +7,6 @@ import (
 	"context"
 	"errors"
 	"time"
-
-	"github.com/outboxd/outboxd/offsets"
 )
 
 // Value is one column value of a captured row.
@@ -57,7 +55,7 @@ type Tx struct {
 	// Position is the end of this transaction: storing it means "this transaction and all before
 	// it are delivered". Positions handed out by one Source only ever move forward. It is set on
 	// the last chunk only (More == false); a chunk with More set has an empty Position.
-	Position offsets.Position
+	Position Position
 	// CommitTime is the source's commit timestamp (zero for idle-progress transactions). It is set
 	// on every chunk of a transaction.
 	CommitTime time.Time
@@ -116,9 +114,9 @@ func RowBytes(r *Row) int {
 //   - Close releases the connection; it may be called concurrently with a blocked Next, which
 //     then returns an error.
 type Source interface {
-	Open(ctx context.Context, from offsets.Position) error
+	Open(ctx context.Context, from Position) error
 	Next(ctx context.Context) (Tx, error)
-	Confirm(ctx context.Context, p offsets.Position) error
+	Confirm(ctx context.Context, p Position) error
 	Close() error
 }
 

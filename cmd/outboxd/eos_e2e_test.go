@@ -16,7 +16,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxd/outboxd/internal/testenv"
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/sink/kafka"
 )
 
@@ -103,7 +102,7 @@ func (p *proc) waitExit(t *testing.T, d time.Duration) int {
 // committedPosition reads the position in offsets.topic as outboxd does (read_committed).
 func (e *env) committedPosition() string {
 	e.t.Helper()
-	s := &offsets.KafkaStore{Kafka: kafka.Config{Brokers: []string{e.broker.Addr()}}, Topic: "outboxd.offsets", Key: "postgres:outboxd"}
+	s := &kafka.OffsetStore{Kafka: kafka.Config{Brokers: []string{e.broker.Addr()}}, Topic: "outboxd.offsets", Key: "postgres:outboxd"}
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -428,7 +427,7 @@ func testAtLeastOnceKafkaOffsets(t *testing.T, e *env) {
 	if code := p.stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
-	s := &offsets.KafkaStore{Kafka: kafka.Config{Brokers: []string{e.broker.Addr()}}, Topic: "my.offsets", Key: "orders-pipeline", Source: "postgres:outboxd"}
+	s := &kafka.OffsetStore{Kafka: kafka.Config{Brokers: []string{e.broker.Addr()}}, Topic: "my.offsets", Key: "orders-pipeline", Source: "postgres:outboxd"}
 	defer s.Close()
 	stored, err := s.Load(context.Background())
 	if err != nil || stored == "" {

@@ -16,7 +16,7 @@ import (
 	"github.com/outboxd/outboxd/internal/gcfloor"
 	"github.com/outboxd/outboxd/internal/pipeline"
 	"github.com/outboxd/outboxd/internal/pipeline/delivery"
-	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 )
 
 // Set by the build (-ldflags "-X main.version=... -X main.commit=...").
@@ -185,7 +185,7 @@ func offsetsCmd(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "outboxd offsets set: --position is required")
 			return 2
 		}
-		err = app.OffsetsSet(ctx, cfg, offsets.Position(*pos), stdout)
+		err = app.OffsetsSet(ctx, cfg, source.Position(*pos), stdout)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "outboxd offsets %s: %v\n", args[0], err)

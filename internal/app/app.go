@@ -83,7 +83,7 @@ func Store(c *config.Config) (offsets.Store, error) {
 	case "file":
 		return &offsets.FileStore{Path: c.Offsets.Path, Source: SourceName(c)}, nil
 	case "kafka":
-		return &offsets.KafkaStore{Kafka: KafkaConfig(c), Topic: c.Offsets.Topic, Key: PipelineID(c), Source: SourceName(c)}, nil
+		return &kafka.OffsetStore{Kafka: KafkaConfig(c), Topic: c.Offsets.Topic, Key: PipelineID(c), Source: SourceName(c)}, nil
 	default:
 		return nil, &config.Error{Key: "offsets.store", Msg: fmt.Sprintf("%q is not available in this version (use file)", c.Offsets.Store)}
 	}
@@ -128,7 +128,7 @@ func Run(ctx context.Context, c *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	if ks, ok := store.(*offsets.KafkaStore); ok {
+	if ks, ok := store.(*kafka.OffsetStore); ok {
 		ks.Log = log
 		defer ks.Close()
 	}
@@ -143,7 +143,7 @@ func Run(ctx context.Context, c *config.Config, log *slog.Logger) error {
 // runActive runs the pipeline while this instance is the active one.
 func runActive(ctx context.Context, c *config.Config, log *slog.Logger, m *metrics.Metrics, store offsets.Store, router *outbox.Router, secrets []string) error {
 	if c.Kafka.Delivery == "exactly_once" {
-		return runExactlyOnce(ctx, c, log, store.(*offsets.KafkaStore), router, m, secrets)
+		return runExactlyOnce(ctx, c, log, store.(*kafka.OffsetStore), router, m, secrets)
 	}
 	prod, err := kafka.New(KafkaConfig(c), log)
 	if err != nil {
@@ -151,10 +151,11 @@ func runActive(ctx context.Context, c *config.Config, log *slog.Logger, m *metri
 	}
 	log.Info("starting outboxd", "source", c.Source.Type, "dsn", RedactDSN(c.Source.Type, c.Source.DSN), "tables", c.Source.Tables,
 		"brokers", c.Kafka.Brokers, "delivery", c.Kafka.Delivery, "offsets", c.Offsets.Store)
-	breaker, err := pipeline.ParseRate(c.Kafka.DLQMaxRate)
+	rate, err := config.ParseRate(c.Kafka.DLQMaxRate)
 	if err != nil {
 		return &config.Error{Key: "kafka.dlq_max_rate", Msg: err.Error()}
 	}
+	breaker := pipeline.Breaker{Max: rate.Max, Window: rate.Window}
 	newSource := activeSource(ctx, NewSource(c, log))
 	var current atomic.Pointer[source.Source]
 	go reportLag(ctx, &current, m)
@@ -180,12 +181,13 @@ func runActive(ctx context.Context, c *config.Config, log *slog.Logger, m *metri
 
 // runExactlyOnce runs kafka.delivery exactly_once: transactional producer, position inside the
 // Kafka transaction (internal/pipeline/eos.go).
-func runExactlyOnce(ctx context.Context, c *config.Config, log *slog.Logger, store *offsets.KafkaStore,
+func runExactlyOnce(ctx context.Context, c *config.Config, log *slog.Logger, store *kafka.OffsetStore,
 	router *outbox.Router, m *metrics.Metrics, secrets []string) error {
-	breaker, err := pipeline.ParseRate(c.Kafka.DLQMaxRate)
+	rate, err := config.ParseRate(c.Kafka.DLQMaxRate)
 	if err != nil {
 		return &config.Error{Key: "kafka.dlq_max_rate", Msg: err.Error()}
 	}
+	breaker := pipeline.Breaker{Max: rate.Max, Window: rate.Window}
 	crash, err := pipeline.CrashHook(os.Getenv(pipeline.CrashEnv), log, func() { os.Exit(137) }) // test only
 	if err != nil {
 		return err

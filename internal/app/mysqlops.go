@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/outboxd/outboxd/internal/config"
-	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 	"github.com/outboxd/outboxd/source/mysql"
 )
 
@@ -103,7 +103,7 @@ func checkMySQL(ctx context.Context, c *config.Config) []CheckResult {
 	return out
 }
 
-func showMySQL(ctx context.Context, c *config.Config, stored offsets.Position, w io.Writer) error {
+func showMySQL(ctx context.Context, c *config.Config, stored source.Position, w io.Writer) error {
 	st, err := mysql.Inspect(ctx, mysqlConfig(c))
 	if err != nil {
 		return err
@@ -122,7 +122,7 @@ func showMySQL(ctx context.Context, c *config.Config, stored offsets.Position, w
 	return nil
 }
 
-func validateMySQLPosition(ctx context.Context, c *config.Config, pos offsets.Position, w io.Writer) error {
+func validateMySQLPosition(ctx context.Context, c *config.Config, pos source.Position, w io.Writer) error {
 	if err := mysql.CheckPosition(ctx, mysqlConfig(c), pos); err != nil {
 		return fmt.Errorf("%w: %v", ErrRefused, err)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/config"
 	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 	"github.com/outboxd/outboxd/source/mysql"
 )
 
@@ -35,7 +36,7 @@ func checkMySQLStart(ctx context.Context, c *config.Config) []CheckResult {
 		case "current", "earliest":
 			return []CheckResult{{Name: name, OK: true, Reason: "none stored; the run starts at source.mysql.start: " + s}}
 		default:
-			what, pos = "source.mysql.start "+s, offsets.Position(s)
+			what, pos = "source.mysql.start "+s, source.Position(s)
 		}
 	}
 	if err := mysql.CheckPosition(ctx, mysqlConfig(c), pos); err != nil {

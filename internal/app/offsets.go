@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxd/outboxd/internal/config"
-	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 	"github.com/outboxd/outboxd/source/postgres"
 )
 
@@ -94,7 +94,7 @@ func deref[T any](p *T, none string) string {
 	return fmt.Sprint(*p)
 }
 
-func showPostgres(ctx context.Context, c *config.Config, stored offsets.Position, w io.Writer) error {
+func showPostgres(ctx context.Context, c *config.Config, stored source.Position, w io.Writer) error {
 	s, err := querySlot(ctx, c)
 	if err != nil {
 		return err
@@ -115,7 +115,7 @@ func showPostgres(ctx context.Context, c *config.Config, stored offsets.Position
 }
 
 // OffsetsSet validates pos against what the source can still serve and stores it.
-func OffsetsSet(ctx context.Context, c *config.Config, pos offsets.Position, w io.Writer) error {
+func OffsetsSet(ctx context.Context, c *config.Config, pos source.Position, w io.Writer) error {
 	store, err := Store(c)
 	if err != nil {
 		return err
@@ -140,7 +140,7 @@ func OffsetsSet(ctx context.Context, c *config.Config, pos offsets.Position, w i
 	return nil
 }
 
-func validatePostgresPosition(ctx context.Context, c *config.Config, pos offsets.Position, w io.Writer) error {
+func validatePostgresPosition(ctx context.Context, c *config.Config, pos source.Position, w io.Writer) error {
 	l, err := postgres.ParseLSN(pos)
 	if err != nil {
 		return fmt.Errorf("%w: %q is not a PostgreSQL LSN like 0/16B3748: %v", ErrRefused, pos, err)
@@ -149,7 +149,7 @@ func validatePostgresPosition(ctx context.Context, c *config.Config, pos offsets
 	if err != nil {
 		return err
 	}
-	end, _ := postgres.ParseLSN(offsets.Position(s.walEnd))
+	end, _ := postgres.ParseLSN(source.Position(s.walEnd))
 	if l > end {
 		return fmt.Errorf("%w: %s is beyond the server's WAL end %s", ErrRefused, pos, s.walEnd)
 	}
@@ -160,7 +160,7 @@ func validatePostgresPosition(ctx context.Context, c *config.Config, pos offsets
 	if s.walStatus != nil && *s.walStatus == "lost" {
 		return fmt.Errorf("%w: slot %q is lost (wal_status lost): drop and recreate it", ErrRefused, c.Source.Postgres.Slot)
 	}
-	conf, _ := postgres.ParseLSN(offsets.Position(deref(s.confirmed, "0/0")))
+	conf, _ := postgres.ParseLSN(source.Position(deref(s.confirmed, "0/0")))
 	if l < conf {
 		return fmt.Errorf("%w: slot %q has already confirmed %s; PostgreSQL cannot decode from the earlier %s. "+
 			"Replaying older events needs a new slot created before them (not possible after the fact) or a backfill from the outbox table",

@@ -33,7 +33,6 @@ import (
 
 	"github.com/outboxd/outboxd/internal/config"
 	"github.com/outboxd/outboxd/internal/metrics"
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/source"
 	"github.com/outboxd/outboxd/source/mysql"
 	"github.com/outboxd/outboxd/source/postgres"
@@ -149,7 +148,7 @@ type pgActive struct {
 	done chan struct{}
 }
 
-func (a *pgActive) Open(ctx context.Context, from offsets.Position) error {
+func (a *pgActive) Open(ctx context.Context, from source.Position) error {
 	err := a.Source.Open(ctx, from)
 	if errors.Is(err, postgres.ErrSlotActive) {
 		a.t.lose("another process took the replication slot: " + err.Error())

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 )
 
 // Backend is one source database under test. The drain scenario (drain.go) is written against
@@ -34,9 +34,9 @@ type Backend interface {
 	SourceYAML(b *Backlog, i int) string
 	// StartPosition is the position outboxd's offsets file is seeded with before reader i's
 	// run ("" = none: the server keeps the reader's start, as a PostgreSQL slot does).
-	StartPosition(b *Backlog, i int) offsets.Position
+	StartPosition(b *Backlog, i int) source.Position
 	// Covers reports whether a stored outboxd position means the whole backlog is delivered.
-	Covers(b *Backlog, p offsets.Position) (bool, error)
+	Covers(b *Backlog, p source.Position) (bool, error)
 	// Cleanup releases the read positions of b (drops the slots: they retain WAL).
 	Cleanup(ctx context.Context, b *Backlog)
 }
@@ -54,7 +54,7 @@ type Backlog struct {
 	endLSN     string // WAL LSN after the last row was committed (pg_recvlogical --endpos)
 
 	// MariaDB
-	serverIDs []uint32         // reader i's replica server_id
-	start     offsets.Position // @@gtid_binlog_pos before the backlog
-	end       offsets.Position // @@gtid_binlog_pos after it
+	serverIDs []uint32        // reader i's replica server_id
+	start     source.Position // @@gtid_binlog_pos before the backlog
+	end       source.Position // @@gtid_binlog_pos after it
 }

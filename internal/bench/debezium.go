@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 )
 
 // vs-debezium-pg and vs-debezium-mariadb: outboxd beside Debezium (Kafka Connect standalone with
@@ -330,7 +330,7 @@ func ceilingAndProfile(ctx context.Context, e *env, scenario, tag string, side c
 	if o.BlockProfile != "" {
 		prof.block = fmt.Sprintf("%s.%s.pprof", o.BlockProfile, scenario)
 	}
-	took, err := runOutboxdInProcess(ctx, e, cfg, func(offsets.Position) (bool, error) { return holds(w) }, prof)
+	took, err := runOutboxdInProcess(ctx, e, cfg, func(source.Position) (bool, error) { return holds(w) }, prof)
 	if err != nil {
 		return fmt.Errorf("profiled in-process outboxd drain: %w", err)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxd/outboxd/internal/testenv"
-	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 )
 
 // cmpSide is the database-specific part of a vs-debezium scenario: the backlog, the read
@@ -29,11 +29,11 @@ type cmpSide interface {
 	prepare(ctx context.Context, tag string, rows, runs int) (*Backlog, error)
 	// outboxdSource is the source section of outboxd's run i, and the position its offsets file
 	// is seeded with ("" = none).
-	outboxdSource(b *Backlog, i int) (string, offsets.Position)
+	outboxdSource(b *Backlog, i int) (string, source.Position)
 	// debezium is the Debezium setup of run i (routing to topicPrefix<aggregatetype>).
 	debezium(ctx context.Context, b *Backlog, i int, topicPrefix string) (dbzSetup, error)
 	// latencyOutboxd / latencyDebezium make a fresh read position at the current end of the log.
-	latencyOutboxd(ctx context.Context, tag string) (src string, seed offsets.Position, cleanup func(), err error)
+	latencyOutboxd(ctx context.Context, tag string) (src string, seed source.Position, cleanup func(), err error)
 	latencyDebezium(ctx context.Context, tag, topicPrefix string) (dbzSetup, func(), error)
 	newWriter(ctx context.Context) (rowWriter, error)
 	cleanup(ctx context.Context, b *Backlog)
@@ -81,7 +81,7 @@ func (s *pgCmpSide) prepare(ctx context.Context, tag string, rows, runs int) (*B
 	return s.pg.PrepareDrain(ctx, tag, rows, 1, runs)
 }
 
-func (s *pgCmpSide) outboxdSource(b *Backlog, i int) (string, offsets.Position) {
+func (s *pgCmpSide) outboxdSource(b *Backlog, i int) (string, source.Position) {
 	return pgSourceYAML(s.e.pgDSN, b.Readers[i]), ""
 }
 
@@ -100,7 +100,7 @@ func (s *pgCmpSide) freshSlot(ctx context.Context, name string) (func(), error) 
 	return func() { pgDropSlots(ctx, s.e.pgDSN, name) }, nil
 }
 
-func (s *pgCmpSide) latencyOutboxd(ctx context.Context, tag string) (string, offsets.Position, func(), error) {
+func (s *pgCmpSide) latencyOutboxd(ctx context.Context, tag string) (string, source.Position, func(), error) {
 	slot := slotName(tag+"_lat", 0)
 	drop, err := s.freshSlot(ctx, slot)
 	if err != nil {
@@ -272,7 +272,7 @@ func (s *myCmpSide) primeDebezium(ctx context.Context, tag string) error {
 	return nil
 }
 
-func (s *myCmpSide) outboxdSource(b *Backlog, i int) (string, offsets.Position) {
+func (s *myCmpSide) outboxdSource(b *Backlog, i int) (string, source.Position) {
 	return s.be.SourceYAML(b, i), b.start
 }
 
@@ -301,7 +301,7 @@ func (s *myCmpSide) debezium(_ context.Context, _ *Backlog, _ int, topicPrefix s
 	return setup, nil
 }
 
-func (s *myCmpSide) latencyOutboxd(ctx context.Context, _ string) (string, offsets.Position, func(), error) {
+func (s *myCmpSide) latencyOutboxd(ctx context.Context, _ string) (string, source.Position, func(), error) {
 	pos, err := s.be.srv.queryString(ctx, `SELECT @@gtid_binlog_pos`)
 	if err != nil {
 		return "", "", nil, err
@@ -309,7 +309,7 @@ func (s *myCmpSide) latencyOutboxd(ctx context.Context, _ string) (string, offse
 	id := s.be.ids
 	s.be.ids++
 	b := &Backlog{serverIDs: []uint32{id}}
-	return s.be.SourceYAML(b, 0), offsets.Position(pos), func() {}, nil
+	return s.be.SourceYAML(b, 0), source.Position(pos), func() {}, nil
 }
 
 func (s *myCmpSide) latencyDebezium(_ context.Context, _, topicPrefix string) (dbzSetup, func(), error) {

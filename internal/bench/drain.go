@@ -16,7 +16,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/app"
 	"github.com/outboxd/outboxd/internal/config"
-	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 )
 
 // aggTypes are the aggregate types the loader writes (one topic each).
@@ -49,7 +49,7 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 	o.Log.Info("backlog loaded", "rows", b.Rows, "rows_per_tx", rowsPerTx, "took", b.LoadTime.Round(time.Millisecond),
 		"rows/s", int(float64(b.Rows)/b.LoadTime.Seconds()))
 
-	covers := func(p offsets.Position) (bool, error) { return be.Covers(b, p) }
+	covers := func(p source.Position) (bool, error) { return be.Covers(b, p) }
 	rates := make([][]float64, tools)     // per tool, per round
 	dups := make([]int64, tools)          // records beyond the backlog, per tool
 	cpus := make([][]float64, tools)      // CPU µs per event, per tool, per round (see cpuNow)
@@ -79,7 +79,7 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 				if watch, err = newAckWatch(e.brokers, topicsOf(topicPrefix), int64(b.Rows)); err != nil {
 					return nil, err
 				}
-				done = func(p offsets.Position) (bool, error) {
+				done = func(p source.Position) (bool, error) {
 					if ackedAt.IsZero() {
 						ok, err := watch.complete()
 						if err != nil {
@@ -239,7 +239,7 @@ log:
 
 // seedOffsets stores pos in the offsets store of the config text (before outboxd starts), as
 // `outboxd offsets set` would.
-func seedOffsets(ctx context.Context, cfgText string, pos offsets.Position) error {
+func seedOffsets(ctx context.Context, cfgText string, pos source.Position) error {
 	cfg, err := config.Parse([]byte(cfgText), os.LookupEnv)
 	if err != nil {
 		return fmt.Errorf("bench config: %w\n%s", err, cfgText)
@@ -268,7 +268,7 @@ type profiles struct{ cpu, block, heap string }
 // runOutboxdInProcess runs app.Run with the config text until the stored position satisfies
 // done, and returns the time from the call of app.Run to that moment. It then stops outboxd
 // (graceful) and waits for it. The profiles of prof cover the run up to that moment.
-func runOutboxdInProcess(ctx context.Context, e *env, cfgText string, done func(offsets.Position) (bool, error), prof profiles) (time.Duration, error) {
+func runOutboxdInProcess(ctx context.Context, e *env, cfgText string, done func(source.Position) (bool, error), prof profiles) (time.Duration, error) {
 	cfg, err := config.Parse([]byte(cfgText), os.LookupEnv)
 	if err != nil {
 		return 0, fmt.Errorf("bench config: %w\n%s", err, cfgText)

@@ -193,7 +193,7 @@ type fakeSource struct {
 	next int
 }
 
-func (s *fakeSource) Open(context.Context, offsets.Position) error { return nil }
+func (s *fakeSource) Open(context.Context, source.Position) error { return nil }
 func (s *fakeSource) Next(ctx context.Context) (source.Tx, error) {
 	if s.next < len(s.txs) {
 		s.next++
@@ -202,8 +202,8 @@ func (s *fakeSource) Next(ctx context.Context) (source.Tx, error) {
 	<-ctx.Done()
 	return source.Tx{}, ctx.Err()
 }
-func (s *fakeSource) Confirm(context.Context, offsets.Position) error { return nil }
-func (s *fakeSource) Close() error                                    { return nil }
+func (s *fakeSource) Confirm(context.Context, source.Position) error { return nil }
+func (s *fakeSource) Close() error                                   { return nil }
 
 // instantProducer acks every record from one goroutine, as sarama's result loop does.
 type instantProducer struct {
@@ -238,10 +238,10 @@ func (p *instantProducer) Close() error {
 	return nil
 }
 
-type memStore struct{ pos offsets.Position }
+type memStore struct{ pos source.Position }
 
-func (m *memStore) Load(context.Context) (offsets.Position, error) { return m.pos, nil }
-func (m *memStore) Save(_ context.Context, p offsets.Position) error {
+func (m *memStore) Load(context.Context) (source.Position, error) { return m.pos, nil }
+func (m *memStore) Save(_ context.Context, p source.Position) error {
 	m.pos = p
 	return nil
 }
@@ -256,7 +256,7 @@ func BenchmarkPipelineLoop(b *testing.B) {
 			{Bytes: []byte("customer-42")}, {Bytes: []byte("OrderCreated")}, {Bytes: []byte(benchPayload)}}}
 	txs := make([]source.Tx, b.N)
 	for i := range txs {
-		txs[i] = source.Tx{Position: offsets.Position(pglogrepl.LSN(uint64(i+1) * 100).String()), CommitTime: time.Now(), Rows: []source.Row{row}}
+		txs[i] = source.Tx{Position: source.Position(pglogrepl.LSN(uint64(i+1) * 100).String()), CommitTime: time.Now(), Rows: []source.Row{row}}
 	}
 	last := txs[len(txs)-1].Position
 	ctx, cancel := context.WithCancel(context.Background())
@@ -265,7 +265,7 @@ func BenchmarkPipelineLoop(b *testing.B) {
 	opts := pipeline.Options{
 		NewSource: func() source.Source { return src }, Producer: newInstantProducer(), Route: router.Route,
 		Classify: kafka.Classify, Store: &memStore{}, DLQTopic: "dlq", CommitInterval: 100 * time.Millisecond,
-		Log: slog.New(slog.DiscardHandler), OnCommit: func(p offsets.Position) {
+		Log: slog.New(slog.DiscardHandler), OnCommit: func(p source.Position) {
 			if p == last {
 				cancel()
 			}

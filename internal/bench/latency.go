@@ -20,7 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxd/outboxd/internal/testenv"
-	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 )
 
 // latencyPG: outboxd runs (in-process, metrics on) while writers commit single-row
@@ -92,7 +92,7 @@ func latencyPG(ctx context.Context, e *env) ([]Result, error) {
 	writersDone := make(chan struct{})
 	var ack *histogram // outboxd's own view, scraped just before it is stopped
 	var ackErr error
-	allConsumed := func(offsets.Position) (bool, error) {
+	allConsumed := func(source.Position) (bool, error) {
 		select {
 		case <-writersDone:
 			if consumed.Load() < inserted.Load() {

@@ -19,7 +19,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/replication"
 
 	"github.com/outboxd/outboxd/internal/testenv"
-	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 	obmysql "github.com/outboxd/outboxd/source/mysql"
 )
 
@@ -229,7 +229,7 @@ func (p *myBackend) PrepareDrain(ctx context.Context, tag string, rows, rowsPerT
 	if start == "" {
 		return nil, errors.New("@@gtid_binlog_pos is empty after the setup DDL: the server logs no GTIDs")
 	}
-	b.start = offsets.Position(start)
+	b.start = source.Position(start)
 
 	t0 := time.Now()
 	txns, err := p.load(ctx, rows, rowsPerTx)
@@ -241,7 +241,7 @@ func (p *myBackend) PrepareDrain(ctx context.Context, tag string, rows, rowsPerT
 	if err != nil {
 		return nil, err
 	}
-	b.end = offsets.Position(end)
+	b.end = source.Position(end)
 	if s, e, ok := oneDomainSpan(start, end); ok && e-s != uint64(txns) {
 		// Other writers on a shared server (-mysql-dsn): readers then read more than the backlog.
 		p.e.o.Log.Warn("the backlog's GTID range holds other transactions too", "from", start, "to", end,
@@ -375,14 +375,14 @@ func (p *myBackend) SourceYAML(b *Backlog, i int) string {
 
 // StartPosition is the GTID position before the backlog: outboxd's offsets file is seeded
 // with it (there is no server-side cursor).
-func (p *myBackend) StartPosition(b *Backlog, _ int) offsets.Position { return b.start }
+func (p *myBackend) StartPosition(b *Backlog, _ int) source.Position { return b.start }
 
 // Covers: the stored GTID position is at or past the one after the backlog, in every domain.
-func (p *myBackend) Covers(b *Backlog, pos offsets.Position) (bool, error) {
+func (p *myBackend) Covers(b *Backlog, pos source.Position) (bool, error) {
 	return gtidCovers(pos, b.end), nil
 }
 
-func gtidCovers(pos, end offsets.Position) bool {
+func gtidCovers(pos, end source.Position) bool {
 	return pos != "" && obmysql.ComparePosition(pos, end) >= 0
 }
 

@@ -14,7 +14,7 @@ import (
 	"github.com/outboxd/outboxd/internal/app"
 	"github.com/outboxd/outboxd/internal/config"
 	"github.com/outboxd/outboxd/internal/testenv"
-	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 )
 
 func TestParseMySQLDSN(t *testing.T) {
@@ -37,7 +37,7 @@ func TestParseMySQLDSN(t *testing.T) {
 
 func TestGTIDCovers(t *testing.T) {
 	for _, c := range []struct {
-		pos, end offsets.Position
+		pos, end source.Position
 		want     bool
 	}{
 		{"", "0-1-10", false},

@@ -15,7 +15,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/app"
 	"github.com/outboxd/outboxd/internal/config"
-	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 )
 
 // memoryPG runs outboxd as its own process (`outboxd run -c FILE`) and reports its peak RSS
@@ -58,7 +58,7 @@ func memoryPG(ctx context.Context, e *env) ([]Result, error) {
 		o.Log.Info("memory backlog loaded", "part", p.name, "took", time.Since(t0).Round(time.Millisecond))
 		topicPrefix := "outboxd-bench." + tag + "."
 		cfg := outboxdYAML(e, pgSourceYAML(e.pgDSN, slot), topicPrefix, "")
-		r, err := runOutboxdProcess(ctx, bin, cfg, func(p offsets.Position) (bool, error) { return lsnAfter(p, beforeLast) })
+		r, err := runOutboxdProcess(ctx, bin, cfg, func(p source.Position) (bool, error) { return lsnAfter(p, beforeLast) })
 		pgDropSlots(ctx, e.pgDSN, slot)
 		pgTruncate(ctx, e.pgDSN)
 		if err != nil {
@@ -126,7 +126,7 @@ type procOpts struct {
 
 // runOutboxdProcess starts `bin run -c <cfg>`, samples its memory until the stored position
 // satisfies done or the process exits, then reads VmHWM, stops it with SIGTERM and waits.
-func runOutboxdProcess(ctx context.Context, bin, cfgText string, done func(offsets.Position) (bool, error)) (procRun, error) {
+func runOutboxdProcess(ctx context.Context, bin, cfgText string, done func(source.Position) (bool, error)) (procRun, error) {
 	return runOutboxdProc(ctx, bin, cfgText, done, procOpts{})
 }
 
@@ -134,7 +134,7 @@ func runOutboxdProcess(ctx context.Context, bin, cfgText string, done func(offse
 // config's offsets store (file or kafka: app.Store) by a goroutine of its own, so that a slow
 // load (the Kafka store waits for an open transaction) does not pause the memory sampling. The
 // child dies with the bench (Pdeathsig) and is always stopped before return.
-func runOutboxdProc(ctx context.Context, bin, cfgText string, done func(offsets.Position) (bool, error), po procOpts) (r procRun, _ error) {
+func runOutboxdProc(ctx context.Context, bin, cfgText string, done func(source.Position) (bool, error), po procOpts) (r procRun, _ error) {
 	cfg, err := config.Parse([]byte(cfgText), os.LookupEnv)
 	if err != nil {
 		return r, err

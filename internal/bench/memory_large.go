@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 )
 
 // memory-large-tx (issue 13): the peak RSS (VmHWM) of `outboxd run`, its own process, while ONE
@@ -157,7 +157,7 @@ type largeRun struct {
 // measure runs outboxd on cfg (already edited for lr.mode: withDelivery) until done, checks the
 // delivery and returns the case's Result. Findings (outboxd stopped, over the RSS cap or the
 // time limit, not every row delivered) are in Result.Error.
-func (lr largeRun) measure(ctx context.Context, e *env, bin, cfg string, done func(offsets.Position) (bool, error)) (Result, error) {
+func (lr largeRun) measure(ctx context.Context, e *env, bin, cfg string, done func(source.Position) (bool, error)) (Result, error) {
 	x := Result{Scenario: largeScenario, Unit: "MiB",
 		Name: fmt.Sprintf("outboxd peak RSS, %s, %s, %s", lr.dbName, lr.shape.label(), lr.mode)}
 	capMiB := float64(e.o.LargeTxRSSCapMiB)
@@ -270,7 +270,7 @@ func largePG(ctx context.Context, e *env, sh largeShape) ([]Result, error) {
 		if err != nil {
 			return res, err
 		}
-		x, err := lr.measure(ctx, e, bin, cfg, func(p offsets.Position) (bool, error) { return lsnAfter(p, beforeMarker) })
+		x, err := lr.measure(ctx, e, bin, cfg, func(p source.Position) (bool, error) { return lsnAfter(p, beforeMarker) })
 		pgDropSlots(ctx, e.pgDSN, slots[i]) // the slot retains WAL
 		e.dropTopics(prefix)
 		if err != nil {
@@ -349,10 +349,10 @@ func largeMariaDB(ctx context.Context, e *env) ([]Result, error) {
 			if err != nil {
 				return res, err
 			}
-			if err := seedOffsets(ctx, cfg, offsets.Position(start)); err != nil {
+			if err := seedOffsets(ctx, cfg, source.Position(start)); err != nil {
 				return res, err
 			}
-			x, err := lr.measure(ctx, e, bin, cfg, func(p offsets.Position) (bool, error) { return gtidCovers(p, offsets.Position(end)), nil })
+			x, err := lr.measure(ctx, e, bin, cfg, func(p source.Position) (bool, error) { return gtidCovers(p, source.Position(end)), nil })
 			e.dropTopics(prefix)
 			if err != nil {
 				return res, err

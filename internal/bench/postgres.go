@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/outboxd/outboxd/internal/testenv"
-	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 	"github.com/outboxd/outboxd/source/postgres"
 )
 
@@ -106,7 +106,7 @@ func (p *pgBackend) RatioTarget(rowsPerTx int) float64 {
 }
 
 // StartPosition: none, the slot keeps it.
-func (p *pgBackend) StartPosition(*Backlog, int) offsets.Position { return "" }
+func (p *pgBackend) StartPosition(*Backlog, int) source.Position { return "" }
 
 func (p *pgBackend) ensureSchema(ctx context.Context) error {
 	p.setup.Do(func() { p.err = pgExec(ctx, p.e.pgDSN, pgSetupSQL()...) })
@@ -327,13 +327,13 @@ func yamlString(s string) string {
 	return "'" + strings.ReplaceAll(strings.ReplaceAll(s, "'", "''"), "$", "$$") + "'"
 }
 
-func (p *pgBackend) Covers(b *Backlog, pos offsets.Position) (bool, error) {
+func (p *pgBackend) Covers(b *Backlog, pos source.Position) (bool, error) {
 	return lsnAfter(pos, b.beforeLast)
 }
 
 // lsnAfter reports whether pos is past beforeLast: the stored position then covers the last
 // row's transaction (every earlier transaction ends at or before beforeLast).
-func lsnAfter(pos offsets.Position, beforeLast string) (bool, error) {
+func lsnAfter(pos source.Position, beforeLast string) (bool, error) {
 	if pos == "" {
 		return false, nil
 	}

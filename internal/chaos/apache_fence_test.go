@@ -13,8 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxd/outboxd/internal/testenv"
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/sink/kafka"
+	"github.com/outboxd/outboxd/source"
 )
 
 // deliverAll waits (up to within) until every committed id is in Kafka and returns the ids and
@@ -166,16 +166,16 @@ func zombie(t *testing.T, c *testenv.ApacheCluster, p apachePlan) {
 
 // storedPosition reads the offsets topic directly (read_committed) and returns the last
 // position stored under key, and how many records the key has.
-func storedPosition(t *testing.T, c *testenv.ApacheCluster, topic, key string) (offsets.Position, int) {
+func storedPosition(t *testing.T, c *testenv.ApacheCluster, topic, key string) (source.Position, int) {
 	t.Helper()
-	var pos offsets.Position
+	var pos source.Position
 	n := 0
 	for _, r := range readRecords(t, runningAddrs(c), "^"+regexp.QuoteMeta(topic)+"$", time.Second) {
 		if string(r.Key) != key {
 			continue
 		}
 		var doc struct {
-			Position offsets.Position `json:"position"`
+			Position source.Position `json:"position"`
 		}
 		if err := json.Unmarshal(r.Value, &doc); err != nil {
 			t.Fatalf("offsets record %s/%d@%d: %v: %q", r.Topic, r.Partition, r.Offset, err, r.Value)
@@ -234,7 +234,7 @@ func kafkaOffsetsRestart(t *testing.T, c *testenv.ApacheCluster, p apachePlan) {
 	startNodes(t, c.Nodes...)
 	waitISR(t, c, 2*time.Minute)
 	t.Logf("every broker SIGKILLed and started again")
-	s := &offsets.KafkaStore{Kafka: kafka.Config{Brokers: c.Addrs()}, Topic: otopic, Key: prefix, Source: "postgres:outboxd"}
+	s := &kafka.OffsetStore{Kafka: kafka.Config{Brokers: c.Addrs()}, Topic: otopic, Key: prefix, Source: "postgres:outboxd"}
 	loaded, err := s.Load(context.Background())
 	s.Close()
 	if err != nil || loaded != last {

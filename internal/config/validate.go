@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outboxd/outboxd/internal/pipeline"
 	"github.com/outboxd/outboxd/source/mysql"
 	"github.com/outboxd/outboxd/transform/outbox"
 )
@@ -147,7 +146,7 @@ func (c *Config) Validate() error {
 	if err := outbox.ValidTopic(c.Kafka.DLQTopic); err != nil {
 		return &Error{Key: "kafka.dlq_topic", Msg: err.Error()}
 	}
-	if _, err := pipeline.ParseRate(c.Kafka.DLQMaxRate); err != nil {
+	if _, err := ParseRate(c.Kafka.DLQMaxRate); err != nil {
 		return &Error{Key: "kafka.dlq_max_rate", Msg: err.Error()}
 	}
 	if c.Kafka.MaxInflight < 1 {

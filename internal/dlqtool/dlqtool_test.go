@@ -13,7 +13,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/outboxd/outboxd/internal/pipeline"
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/sink/kafka"
@@ -40,7 +39,7 @@ func row(vals ...string) *source.Row {
 func produceStage(id, topic, key, value, reason string) sink.Record {
 	rec := sink.Record{Topic: topic, Key: []byte(key), Value: []byte(value),
 		Headers: []sink.Header{{Key: "id", Value: []byte(id)}, {Key: "eventType", Value: []byte("created")}}}
-	return pipeline.DeadLetter(rec, row("id", id, "aggregatetype", "x", "aggregateid", key, "payload", value), "produce", reason,
+	return sink.DeadLetter(rec, row("id", id, "aggregatetype", "x", "aggregateid", key, "payload", value), "produce", reason,
 		"kafka: "+reason, "0/16B3748", now)
 }
 
@@ -48,7 +47,7 @@ func produceStage(id, topic, key, value, reason string) sink.Record {
 func transformStage(id, aggType string) sink.Record {
 	r := row("id", id, "aggregatetype", aggType, "aggregateid", "k1", "payload", `{"a": 1}`)
 	rec := sink.Record{Topic: "outbox.event." + aggType}
-	return pipeline.DeadLetter(rec, r, "transform", "invalid_topic", "topic name has the illegal character ' '", "0/16B4000", now)
+	return sink.DeadLetter(rec, r, "transform", "invalid_topic", "topic name has the illegal character ' '", "0/16B4000", now)
 }
 
 func toRecord(dl sink.Record, p int32, off int64) *Record {
@@ -88,7 +87,7 @@ func TestJSON(t *testing.T) {
 	}
 	if j.Reason != "record_too_large" || j.Stage != "produce" || j.OriginalTopic != "outbox.event.big" || j.SourceTable != "public.outbox" ||
 		j.SourcePosition != "0/16B3748" || j.ID != "e1" || j.Time != "2026-05-01T10:00:00Z" || *j.Key != "k" || j.KeyEncoding != "text" ||
-		*j.Value != `{"x":1}` || j.ValueEncoding != "text" || j.Headers["eventType"] != "created" || j.Headers[pipeline.HeaderStage] != "produce" ||
+		*j.Value != `{"x":1}` || j.ValueEncoding != "text" || j.Headers["eventType"] != "created" || j.Headers[sink.HeaderStage] != "produce" ||
 		j.Partition != 1 || j.Offset != 9 {
 		t.Fatalf("json: %s", b.String())
 	}
@@ -111,8 +110,8 @@ func TestStripRemovesOnlyOutboxdHeaders(t *testing.T) {
 		string(out.Key) != "k" || string(out.Value) != "v" {
 		t.Fatalf("stripped: %v %+v", keys, out)
 	}
-	for _, k := range []string{pipeline.HeaderReason, pipeline.HeaderMessage, pipeline.HeaderStage, pipeline.HeaderOriginalTopic,
-		pipeline.HeaderSourceTable, pipeline.HeaderSourcePosition, pipeline.HeaderErrorTime} {
+	for _, k := range []string{sink.HeaderReason, sink.HeaderMessage, sink.HeaderStage, sink.HeaderOriginalTopic,
+		sink.HeaderSourceTable, sink.HeaderSourcePosition, sink.HeaderErrorTime} {
 		if !IsInternalHeader(k) {
 			t.Errorf("%s is not stripped", k)
 		}
@@ -289,7 +288,7 @@ func TestTransformDeadLettersCarryTheEventID(t *testing.T) {
 		if err == nil {
 			t.Fatalf("%v: routed", rw.Values)
 		}
-		dl := pipeline.DeadLetter(rec, rw, "transform", "x", err.Error(), "0/1", now)
+		dl := sink.DeadLetter(rec, rw, "transform", "x", err.Error(), "0/1", now)
 		if got := toRecord(dl, 0, 0); got.h("id") != "5c4a3e6d-62d9-421d-b02c-06e076fde76e" || got.EventID("id") != got.h("id") {
 			t.Errorf("%v: headers %v", rw.Values, dl.Headers)
 		}
@@ -297,12 +296,12 @@ func TestTransformDeadLettersCarryTheEventID(t *testing.T) {
 	// No id at all: no header, and no id from the row either.
 	rw := row("id", "NULL", "aggregatetype", "NULL", "aggregateid", "k", "payload", "{}")
 	rec, _ := r.Route(rw)
-	if dl := pipeline.DeadLetter(rec, rw, "transform", "x", "y", "0/1", now); len(dl.Headers) != 7 || toRecord(dl, 0, 0).EventID("id") != "" {
+	if dl := sink.DeadLetter(rec, rw, "transform", "x", "y", "0/1", now); len(dl.Headers) != 7 || toRecord(dl, 0, 0).EventID("id") != "" {
 		t.Errorf("NULL id: %v", dl.Headers)
 	}
 	// Older dead letters without the header: the id comes from the row.
 	rw = row("id", "e9", "aggregatetype", "NULL")
-	if got := toRecord(pipeline.DeadLetter(sink.Record{}, rw, "transform", "x", "y", "0/1", now), 0, 0); got.EventID("id") != "e9" {
+	if got := toRecord(sink.DeadLetter(sink.Record{}, rw, "transform", "x", "y", "0/1", now), 0, 0); got.EventID("id") != "e9" {
 		t.Errorf("id from the row: %q", got.EventID("id"))
 	}
 }
@@ -312,9 +311,9 @@ func TestTransformDeadLettersCarryTheEventID(t *testing.T) {
 // an ordinary dead letter shows no after field.
 func TestSourceAfterShown(t *testing.T) {
 	rec := sink.Record{Topic: "outbox.event.x", Key: []byte("k"), Value: []byte("v"), Headers: []sink.Header{{Key: "id", Value: []byte("e3")}}}
-	dl := pipeline.DeadLetter(rec, row("id", "e3", "aggregatetype", "x", "aggregateid", "k", "payload", "v"), "produce", "record_too_large",
+	dl := sink.DeadLetter(rec, row("id", "e3", "aggregatetype", "x", "aggregateid", "k", "payload", "v"), "produce", "record_too_large",
 		"kafka: record_too_large", "", now)
-	dl.Headers = append(dl.Headers, sink.Header{Key: pipeline.HeaderSourceAfter, Value: []byte("0/16B0000")})
+	dl.Headers = append(dl.Headers, sink.Header{Key: sink.HeaderSourceAfter, Value: []byte("0/16B0000")})
 	var b bytes.Buffer
 	if err := Text(&b, toRecord(dl, 0, 1), "id"); err != nil {
 		t.Fatal(err)

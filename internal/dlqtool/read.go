@@ -2,7 +2,7 @@
 // `outboxd dlq tail` and `outboxd dlq replay`.
 //
 // Dead-letter records are described in ../shared/spec/interface.md ("Dead-letter records") and
-// built by internal/pipeline.DeadLetter. Reading uses a sarama consumer (read_committed, from the
+// built by internal/sink.DeadLetter. Reading uses a sarama consumer (read_committed, from the
 // beginning of every partition); replaying uses the pipeline's own durable producer
 // (sink/kafka.New: idempotent, acks=all).
 package dlqtool
@@ -17,7 +17,6 @@ import (
 
 	"github.com/IBM/sarama"
 
-	"github.com/outboxd/outboxd/internal/pipeline"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/sink/kafka"
 )
@@ -57,14 +56,14 @@ func (r *Record) h(k string) string { v, _ := r.Header(k); return v }
 // Reason, Stage, Message, OriginalTopic, SourceTable, SourcePosition, SourceAfter and ErrorTime
 // return the outboxd.* headers of the contract ("" when absent). SourceAfter is set only on a
 // row of a chunk before its transaction's last, whose SourcePosition is then "".
-func (r *Record) Reason() string         { return r.h(pipeline.HeaderReason) }
-func (r *Record) Stage() string          { return r.h(pipeline.HeaderStage) }
-func (r *Record) Message() string        { return r.h(pipeline.HeaderMessage) }
-func (r *Record) OriginalTopic() string  { return r.h(pipeline.HeaderOriginalTopic) }
-func (r *Record) SourceTable() string    { return r.h(pipeline.HeaderSourceTable) }
-func (r *Record) SourcePosition() string { return r.h(pipeline.HeaderSourcePosition) }
-func (r *Record) SourceAfter() string    { return r.h(pipeline.HeaderSourceAfter) }
-func (r *Record) ErrorTime() string      { return r.h(pipeline.HeaderErrorTime) }
+func (r *Record) Reason() string         { return r.h(sink.HeaderReason) }
+func (r *Record) Stage() string          { return r.h(sink.HeaderStage) }
+func (r *Record) Message() string        { return r.h(sink.HeaderMessage) }
+func (r *Record) OriginalTopic() string  { return r.h(sink.HeaderOriginalTopic) }
+func (r *Record) SourceTable() string    { return r.h(sink.HeaderSourceTable) }
+func (r *Record) SourcePosition() string { return r.h(sink.HeaderSourcePosition) }
+func (r *Record) SourceAfter() string    { return r.h(sink.HeaderSourceAfter) }
+func (r *Record) ErrorTime() string      { return r.h(sink.HeaderErrorTime) }
 
 // RowValue reports whether the value is the source row as a JSON object rather than the
 // original record's value: the transform failed, so no record was ever built.

@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/outboxd/outboxd/internal/pipeline"
+	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/source"
 )
 
-// DecodeRow reads back the value of a row-as-JSON dead letter (pipeline.RowJSON): column name
+// DecodeRow reads back the value of a row-as-JSON dead letter (sink.RowJSON): column name
 // to the column's original bytes. null is a NULL; a JSON string is its UTF-8 bytes; the marker
 // object {"base64": "..."} is the bytes it encodes (a value that was not valid UTF-8). Anything
 // else is an error: the value was not written by outboxd's transform stage.
@@ -49,22 +49,22 @@ func decodeColumn(m json.RawMessage) (source.Value, error) {
 		if err := json.Unmarshal(m, &obj); err != nil {
 			return source.Value{}, err
 		}
-		enc, ok := obj[pipeline.RowBase64Key]
+		enc, ok := obj[sink.RowBase64Key]
 		if len(obj) != 1 || !ok {
-			return source.Value{}, fmt.Errorf("an object value must be {%q: \"...\"} (bytes that are not UTF-8), got %s", pipeline.RowBase64Key, m)
+			return source.Value{}, fmt.Errorf("an object value must be {%q: \"...\"} (bytes that are not UTF-8), got %s", sink.RowBase64Key, m)
 		}
 		var s string
 		if err := json.Unmarshal(enc, &s); err != nil {
-			return source.Value{}, fmt.Errorf("%s: %w", pipeline.RowBase64Key, err)
+			return source.Value{}, fmt.Errorf("%s: %w", sink.RowBase64Key, err)
 		}
 		b, err := base64.StdEncoding.DecodeString(s)
 		if err != nil {
-			return source.Value{}, fmt.Errorf("%s: %w", pipeline.RowBase64Key, err)
+			return source.Value{}, fmt.Errorf("%s: %w", sink.RowBase64Key, err)
 		}
 		if b == nil {
 			b = []byte{}
 		}
 		return source.Value{Bytes: b}, nil
 	}
-	return source.Value{}, fmt.Errorf("want a string, null or {%q: \"...\"}, got %s", pipeline.RowBase64Key, m)
+	return source.Value{}, fmt.Errorf("want a string, null or {%q: \"...\"}, got %s", sink.RowBase64Key, m)
 }

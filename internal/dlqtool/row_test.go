@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/internal/pipeline"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/source"
 	"github.com/outboxd/outboxd/transform/outbox"
@@ -30,7 +29,7 @@ func TestDecodeRowRoundTrip(t *testing.T) {
 		row.Columns = append(row.Columns, c)
 		row.Values = append(row.Values, v)
 	}
-	dl := pipeline.DeadLetter(sink.Record{}, row, "transform", "missing_column", "m", "0/1", time.Unix(0, 0))
+	dl := sink.DeadLetter(sink.Record{}, row, "transform", "missing_column", "m", "0/1", time.Unix(0, 0))
 	got, err := DecodeRow(dl.Value)
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +66,7 @@ func TestReplayRoutesRowsAgain(t *testing.T) {
 	blob := []byte{0xde, 0xad, 0xbe, 0xef, 0x00, 0xff}
 	r := &source.Row{Table: "public.outbox", Columns: []string{"id", "aggregatetype", "aggregateid", "payload"},
 		Values: []source.Value{{Bytes: []byte("e7")}, {Null: true}, {Bytes: []byte{'k', 0xff}}, {Bytes: blob}}}
-	dl := pipeline.DeadLetter(sink.Record{}, r, "transform", "missing_column", `column "aggregatetype" is NULL`, "0/1", now)
+	dl := sink.DeadLetter(sink.Record{}, r, "transform", "missing_column", `column "aggregatetype" is NULL`, "0/1", now)
 	rec := toRecord(dl, 0, 3)
 
 	fixed, err := outbox.New(outbox.Config{IDColumn: "id", AggregateTypeColumn: "aggregatetype", AggregateIDColumn: "aggregateid",

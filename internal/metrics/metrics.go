@@ -11,11 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outboxd/outboxd/source"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/outboxd/outboxd/offsets"
 )
 
 // Metrics implements pipeline.Metrics on a private Prometheus registry.
@@ -82,7 +81,7 @@ func (m *Metrics) Inflight(n int) {
 	m.inflight.Set(float64(n))
 	m.inflightN.Store(int64(n))
 }
-func (m *Metrics) Committed(offsets.Position) {
+func (m *Metrics) Committed(source.Position) {
 	now := time.Now().UnixNano()
 	m.lastCommit.Store(now)
 	m.lastProgress.Store(now)

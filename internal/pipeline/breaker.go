@@ -5,6 +5,3 @@ import "github.com/outboxd/outboxd/internal/pipeline/delivery"
 // Breaker is kafka.dlq_max_rate's breaker; it lives in the delivery core (delivery.Breaker),
 // which counts every record's outcome.
 type Breaker = delivery.Breaker
-
-// ParseRate parses kafka.dlq_max_rate, "N/M" (see delivery.ParseRate).
-func ParseRate(s string) (Breaker, error) { return delivery.ParseRate(s) }

@@ -43,7 +43,6 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/internal/pipeline/delivery"
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/source"
 )
@@ -64,10 +63,10 @@ type TxnProducer interface {
 }
 
 // PositionStore reads the committed position (read_committed) and builds the record that
-// stores a position (offsets.KafkaStore).
+// stores a position (kafka.OffsetStore).
 type PositionStore interface {
-	Load(ctx context.Context) (offsets.Position, error)
-	Record(p offsets.Position) sink.Record
+	Load(ctx context.Context) (source.Position, error)
+	Record(p source.Position) sink.Record
 }
 
 // EOSOptions configure RunExactlyOnce. Zero values get the defaults noted.
@@ -103,8 +102,8 @@ type EOSOptions struct {
 	RetryMax         time.Duration // (default 10s)
 	Log              *slog.Logger
 	Metrics          Metrics
-	OnCommit         func(offsets.Position) // after each commit
-	OnOpen           func()                 // each time the source has been opened
+	OnCommit         func(source.Position) // after each commit
+	OnOpen           func()                // each time the source has been opened
 	// TxnTimeout is the producer's transaction timeout (kafka.transaction_timeout): the broker
 	// aborts a Kafka transaction open longer (default 60s, as sink/kafka.DefaultTxnTimeout).
 	TxnTimeout time.Duration

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/source"
 	"github.com/outboxd/outboxd/transform/outbox"
@@ -46,8 +45,8 @@ func (p *benchTxn) Close() error  { return nil }
 
 type benchPosStore struct{}
 
-func (benchPosStore) Load(context.Context) (offsets.Position, error) { return "", nil }
-func (benchPosStore) Record(p offsets.Position) sink.Record {
+func (benchPosStore) Load(context.Context) (source.Position, error) { return "", nil }
+func (benchPosStore) Record(p source.Position) sink.Record {
 	return sink.Record{Topic: "offsets", Key: []byte("pipe"), Value: []byte(p)}
 }
 
@@ -62,7 +61,7 @@ func BenchmarkEOSLoop(b *testing.B) {
 			n := (b.N + perTx - 1) / perTx
 			all := make([]source.Tx, n)
 			for i := range all {
-				tx := source.Tx{Position: offsets.Position(fmt.Sprintf("%012d", i+1)), CommitTime: time.Now()}
+				tx := source.Tx{Position: source.Position(fmt.Sprintf("%012d", i+1)), CommitTime: time.Now()}
 				for j := 0; j < perTx; j++ {
 					tx.Rows = append(tx.Rows, row("6d3f1c2e-5a4b-4c3d-9e8f-0a1b2c3d4e5f", "order"))
 				}
@@ -78,7 +77,7 @@ func BenchmarkEOSLoop(b *testing.B) {
 				Route:       rt.Route, Classify: classifyFake, Fatal: fatalFake, Fenced: fencedFake,
 				Store: benchPosStore{}, TransactionalID: "bench", DLQTopic: "dlq",
 				Log: slog.New(slog.DiscardHandler),
-				OnCommit: func(p offsets.Position) {
+				OnCommit: func(p source.Position) {
 					if p == last {
 						cancel()
 					}

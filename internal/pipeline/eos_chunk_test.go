@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/source"
 )
@@ -24,11 +23,11 @@ type chunkSource struct {
 
 	mu        sync.Mutex
 	n         int
-	opens     []offsets.Position
-	confirmed []offsets.Position
+	opens     []source.Position
+	confirmed []source.Position
 }
 
-func (s *chunkSource) Open(_ context.Context, from offsets.Position) error {
+func (s *chunkSource) Open(_ context.Context, from source.Position) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.opens = append(s.opens, from)
@@ -68,7 +67,7 @@ func (s *chunkSource) Next(ctx context.Context) (source.Tx, error) {
 	return s.chunks[i], nil
 }
 
-func (s *chunkSource) Confirm(_ context.Context, p offsets.Position) error {
+func (s *chunkSource) Confirm(_ context.Context, p source.Position) error {
 	s.mu.Lock()
 	s.confirmed = append(s.confirmed, p)
 	s.mu.Unlock()
@@ -76,10 +75,10 @@ func (s *chunkSource) Confirm(_ context.Context, p offsets.Position) error {
 }
 func (s *chunkSource) Close() error { return nil }
 
-func (s *chunkSource) openedAt() []offsets.Position {
+func (s *chunkSource) openedAt() []source.Position {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]offsets.Position(nil), s.opens...)
+	return append([]source.Position(nil), s.opens...)
 }
 
 func chunkOptions(c *fakeCluster, src *chunkSource) EOSOptions {

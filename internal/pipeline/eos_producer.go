@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/internal/pipeline/delivery"
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/source"
 )
@@ -114,7 +113,7 @@ func (r *eosRunner) deliverOutcomes() {
 	}
 }
 
-func (r *eosRunner) confirm(p offsets.Position) {
+func (r *eosRunner) confirm(p source.Position) {
 	if err := r.src.Confirm(r.work, p); err != nil {
 		r.log.Warn("confirm position to the source failed (committed; will confirm again)", "position", string(p), "err", err)
 	}

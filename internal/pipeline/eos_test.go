@@ -14,7 +14,6 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/outboxd/outboxd/internal/testenv"
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/sink/kafka"
 	"github.com/outboxd/outboxd/source"
@@ -216,15 +215,15 @@ func (p *fakeTxn) Close() error { return nil }
 // fakePosStore reads the last committed position record of the fake cluster.
 type fakePosStore struct{ c *fakeCluster }
 
-func (s fakePosStore) Record(p offsets.Position) sink.Record {
+func (s fakePosStore) Record(p source.Position) sink.Record {
 	return sink.Record{Topic: "offsets", Key: []byte("pipe"), Value: []byte(p)}
 }
 
-func (s fakePosStore) Load(context.Context) (offsets.Position, error) {
-	var pos offsets.Position
+func (s fakePosStore) Load(context.Context) (source.Position, error) {
+	var pos source.Position
 	for _, r := range s.c.committed() {
 		if r.Topic == "offsets" {
-			pos = offsets.Position(r.Value)
+			pos = source.Position(r.Value)
 		}
 	}
 	return pos, nil
@@ -242,19 +241,19 @@ func eosOptions(c *fakeCluster, src *fakeSource) EOSOptions {
 }
 
 // runEOS runs the pipeline until the committed position reaches want, then stops it.
-func runEOS(t *testing.T, o EOSOptions, want offsets.Position) error {
+func runEOS(t *testing.T, o EOSOptions, want source.Position) error {
 	t.Helper()
 	return runEOSFor(t, o, want, 10*time.Second)
 }
 
-func runEOSFor(t *testing.T, o EOSOptions, want offsets.Position, limit time.Duration) error {
+func runEOSFor(t *testing.T, o EOSOptions, want source.Position, limit time.Duration) error {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	reached := make(chan struct{})
 	var once sync.Once
 	prev := o.OnCommit
-	o.OnCommit = func(p offsets.Position) {
+	o.OnCommit = func(p source.Position) {
 		if prev != nil {
 			prev(p)
 		}
@@ -303,7 +302,7 @@ func txs(spec ...string) []source.Tx {
 		for j, c := range chunks {
 			tx := source.Tx{More: j < len(chunks)-1}
 			if !tx.More {
-				tx.Position = offsets.Position(fmt.Sprintf("%02d", i+1))
+				tx.Position = source.Position(fmt.Sprintf("%02d", i+1))
 			}
 			for _, r := range strings.Fields(c) {
 				id, agg, _ := strings.Cut(r, "@")
@@ -372,7 +371,7 @@ func TestEOSPoisonRecordIsolated(t *testing.T) {
 		t.Fatalf("dead letters %v", dlq)
 	}
 	for _, r := range c.committed() {
-		if r.Topic == "dlq" && (h(r, HeaderReason) != "record_too_large" || h(r, HeaderStage) != "produce" || h(r, HeaderOriginalTopic) != "outbox.event.big") {
+		if r.Topic == "dlq" && (h(r, sink.HeaderReason) != "record_too_large" || h(r, sink.HeaderStage) != "produce" || h(r, sink.HeaderOriginalTopic) != "outbox.event.big") {
 			t.Fatalf("dead letter headers %+v", r.Headers)
 		}
 	}
@@ -391,7 +390,7 @@ func TestEOSTransformPoison(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := c.committed()
-	if len(got) != 4 || got[1].Topic != "dlq" || h(got[1], HeaderStage) != "transform" || got[3].Topic != "offsets" {
+	if len(got) != 4 || got[1].Topic != "dlq" || h(got[1], sink.HeaderStage) != "transform" || got[3].Topic != "offsets" {
 		t.Fatalf("committed %+v", got)
 	}
 }
@@ -474,7 +473,7 @@ func TestEOSFenced(t *testing.T) {
 	o := eosOptions(c, src)
 	o.MaxRecords = 1
 	first := true
-	o.OnCommit = func(offsets.Position) {
+	o.OnCommit = func(source.Position) {
 		if first {
 			first = false
 			c.newProducer() // the other instance starts
@@ -576,7 +575,7 @@ func TestEOSBreakerStops(t *testing.T) {
 		{Position: "02", Rows: []source.Row{bad("x"), bad("y"), row("b", "order")}}}}
 	o := eosOptions(c, src)
 	o.MaxRecords = 1
-	o.DLQBreaker, _ = ParseRate("1/10")
+	o.DLQBreaker = Breaker{Max: 1, Window: 10}
 	err := runEOS(t, o, "99")
 	if err == nil || !strings.Contains(err.Error(), "kafka.dlq_max_rate exceeded") {
 		t.Fatalf("err = %v", err)
@@ -672,14 +671,14 @@ func TestEOSAgainstKafka(t *testing.T) {
 		ConfigEntries: map[string]*string{"max.message.bytes": &max}}, false); err != nil {
 		t.Fatal(err)
 	}
-	store := &offsets.KafkaStore{Kafka: kc, Topic: "outboxd.offsets", Key: "pipe", Source: "test"}
+	store := &kafka.OffsetStore{Kafka: kc, Topic: "outboxd.offsets", Key: "pipe", Source: "test"}
 	defer store.Close()
 	bigRow := row("big", "big")
 	bigRow.Values[3].Bytes = []byte(strings.Repeat("x", 10000))
 	var all []source.Tx
 	n := 0
 	for i := 1; i <= 30; i++ {
-		tx := source.Tx{Position: offsets.Position(fmt.Sprintf("%03d", i))}
+		tx := source.Tx{Position: source.Position(fmt.Sprintf("%03d", i))}
 		for j := 0; j < 1+i%3; j++ {
 			n++
 			agg := "order"
@@ -733,7 +732,7 @@ func TestEOSAgainstKafka(t *testing.T) {
 		t.Errorf("%d records, want %d", len(got), n)
 	}
 	dlq := testenv.Consume(t, b.Addr(), `outboxd\.dlq`, 1, 5*time.Second)
-	if len(dlq) != 1 || dlq[0].Header("id") != "big" || dlq[0].Header(HeaderReason) != "record_too_large" {
+	if len(dlq) != 1 || dlq[0].Header("id") != "big" || dlq[0].Header(sink.HeaderReason) != "record_too_large" {
 		t.Fatalf("dead letters: %+v", dlq)
 	}
 	if pos, err := store.Load(context.Background()); err != nil || pos != "030" {
@@ -762,7 +761,7 @@ type pacedSource struct {
 	next     int
 }
 
-func (s *pacedSource) Open(_ context.Context, from offsets.Position) error {
+func (s *pacedSource) Open(_ context.Context, from source.Position) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.next = 1
@@ -791,11 +790,11 @@ func (s *pacedSource) Next(ctx context.Context) (source.Tx, error) {
 	}
 	i := s.next
 	s.next++
-	return source.Tx{Position: offsets.Position(fmt.Sprintf("%06d", i)), Rows: []source.Row{row(fmt.Sprintf("id%d", i), "order")}}, nil
+	return source.Tx{Position: source.Position(fmt.Sprintf("%06d", i)), Rows: []source.Row{row(fmt.Sprintf("id%d", i), "order")}}, nil
 }
 
-func (s *pacedSource) Confirm(context.Context, offsets.Position) error { return nil }
-func (s *pacedSource) Close() error                                    { return nil }
+func (s *pacedSource) Confirm(context.Context, source.Position) error { return nil }
+func (s *pacedSource) Close() error                                   { return nil }
 
 // TestEOSBrokerOutage stops the broker (state kept on disk) for a few seconds under load: the
 // runner aborts, backs off, re-initialises and carries on; every record arrives once.
@@ -807,7 +806,7 @@ func TestEOSBrokerOutage(t *testing.T) {
 	}
 	defer br.Stop()
 	kc := kafka.Config{Brokers: []string{br.Addr()}, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 200 * time.Millisecond}
-	store := &offsets.KafkaStore{Kafka: kc, Topic: "outboxd.offsets", Key: "pipe"}
+	store := &kafka.OffsetStore{Kafka: kc, Topic: "outboxd.offsets", Key: "pipe"}
 	defer store.Close()
 	const n = 1500
 	src := &pacedSource{n: n, interval: 2 * time.Millisecond}
@@ -824,7 +823,7 @@ func TestEOSBrokerOutage(t *testing.T) {
 		},
 		Route: rt.Route, Classify: kafka.Classify, Fatal: kafka.TxnFatal, Fenced: kafka.IsFenced, Store: store, TransactionalID: "outboxd-pipe",
 		DLQTopic: "outboxd.dlq", RetryMin: 50 * time.Millisecond, RetryMax: 500 * time.Millisecond,
-		OnCommit: func(offsets.Position) { commits.Add(1) },
+		OnCommit: func(source.Position) { commits.Add(1) },
 	}
 	const outage = 6 * time.Second // longer than sarama's bounded retries: the producer is replaced
 	go func() {
@@ -838,7 +837,7 @@ func TestEOSBrokerOutage(t *testing.T) {
 		}
 	}()
 	start := time.Now()
-	if err := runEOSFor(t, o, offsets.Position(fmt.Sprintf("%06d", n)), 90*time.Second); err != nil {
+	if err := runEOSFor(t, o, source.Position(fmt.Sprintf("%06d", n)), 90*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d records through a %v broker outage in %v, %d commits", n, outage, time.Since(start), commits.Load())
@@ -866,7 +865,7 @@ func TestEOSBrokerOutage(t *testing.T) {
 func TestEOSHugeRecordDeadLetterDropsValue(t *testing.T) {
 	b := testenv.NewBroker(t)
 	kc := kafka.Config{Brokers: []string{b.Addr()}, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond}
-	store := &offsets.KafkaStore{Kafka: kc, Topic: "outboxd.offsets", Key: "pipe"}
+	store := &kafka.OffsetStore{Kafka: kc, Topic: "outboxd.offsets", Key: "pipe"}
 	defer store.Close()
 	big := row("big", "order")
 	big.Values[3] = source.Value{Bytes: make([]byte, 2<<20)}
@@ -888,7 +887,7 @@ func TestEOSHugeRecordDeadLetterDropsValue(t *testing.T) {
 		t.Fatal(err)
 	}
 	dlq := testenv.Consume(t, b.Addr(), `outboxd\.dlq`, 1, 5*time.Second)
-	if len(dlq) != 1 || dlq[0].Value != nil || dlq[0].Header(HeaderValueDropped) == "" || dlq[0].Header(HeaderReason) != "record_too_large" {
+	if len(dlq) != 1 || dlq[0].Value != nil || dlq[0].Header(sink.HeaderValueDropped) == "" || dlq[0].Header(sink.HeaderReason) != "record_too_large" {
 		t.Fatalf("dead letters %+v", dlq)
 	}
 	if got := testenv.Consume(t, b.Addr(), `outbox\.event\.order`, 2, 5*time.Second); len(got) != 2 {

@@ -10,27 +10,26 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/internal/pipeline/delivery"
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/source"
 )
 
-// deadLetterFunc is the core's Config.DeadLetter: the dead letter of DeadLetter, on topic,
-// with the value dropped (HeaderValueDropped) when the dead letter would exceed maxRecordBytes
+// deadLetterFunc is the core's Config.DeadLetter: the dead letter of sink.DeadLetter, on topic,
+// with the value dropped (sink.HeaderValueDropped) when the dead letter would exceed maxRecordBytes
 // itself, and, for a row of a chunk whose transaction has not ended yet (no position),
-// HeaderSourceAfter.
+// sink.HeaderSourceAfter.
 func deadLetterFunc(topic string, maxRecordBytes int) func(sink.Record, *source.Row, string, string, string, delivery.Where, time.Time) sink.Record {
 	return func(rec sink.Record, row *source.Row, stage, reason, msg string, at delivery.Where, now time.Time) sink.Record {
-		dl := DeadLetter(rec, row, stage, reason, msg, at.Position, now)
+		dl := sink.DeadLetter(rec, row, stage, reason, msg, at.Position, now)
 		dl.Topic = topic
 		if at.Position == "" && at.After != "" {
-			dl.Headers = append(dl.Headers, sink.Header{Key: HeaderSourceAfter, Value: []byte(at.After)})
+			dl.Headers = append(dl.Headers, sink.Header{Key: sink.HeaderSourceAfter, Value: []byte(at.After)})
 		}
 		if size := dl.Size(); size > maxRecordBytes {
 			// The dead letter would be refused too (a payload over the size limit): keep the
 			// headers, drop the value; the row is still in the outbox table under its id.
 			dl.Value = nil
-			dl.Headers = append(dl.Headers, sink.Header{Key: HeaderValueDropped, Value: []byte(strconv.Itoa(size))})
+			dl.Headers = append(dl.Headers, sink.Header{Key: sink.HeaderValueDropped, Value: []byte(strconv.Itoa(size))})
 		}
 		return dl
 	}
@@ -58,7 +57,7 @@ func handleEvent(log *slog.Logger, m Metrics, e *delivery.Event) {
 // confirmLog is the "committed position" info line, at most every commitLogEvery.
 type confirmLog struct{ last time.Time }
 
-func (c *confirmLog) committed(log *slog.Logger, pos offsets.Position, inflight int) {
+func (c *confirmLog) committed(log *slog.Logger, pos source.Position, inflight int) {
 	if now := time.Now(); now.Sub(c.last) >= commitLogEvery {
 		log.Info("committed position", "position", string(pos), "inflight", inflight)
 		c.last = now

@@ -65,7 +65,7 @@ type Options struct {
 	Log              *slog.Logger
 	Metrics          Metrics
 	// OnCommit, when set, is called after each successful Save+Confirm (tests, metrics).
-	OnCommit func(offsets.Position)
+	OnCommit func(source.Position)
 	// OnOpen, when set, is called each time the source has been opened.
 	OnOpen func()
 }
@@ -76,7 +76,7 @@ type Metrics interface {
 	Produced(topic string, commitTime time.Time)
 	DeadLettered(reason string)
 	Inflight(n int)
-	Committed(p offsets.Position)
+	Committed(p source.Position)
 }
 
 type noMetrics struct{}
@@ -85,7 +85,7 @@ func (noMetrics) EventsRead(int)             {}
 func (noMetrics) Produced(string, time.Time) {}
 func (noMetrics) DeadLettered(string)        {}
 func (noMetrics) Inflight(int)               {}
-func (noMetrics) Committed(offsets.Position) {}
+func (noMetrics) Committed(source.Position)  {}
 
 // commitLogEvery is how often a stored position is logged at info level.
 const commitLogEvery = 30 * time.Second
@@ -354,14 +354,14 @@ func (r *runner) handleOutcomes() {
 
 // saveResult is the outcome of one asynchronous Store.Save.
 type saveResult struct {
-	pos       offsets.Position
+	pos       source.Position
 	err       error
 	cancelled bool // the context ended: not a storage failure
 }
 
 // startSave saves pos on its own goroutine; the loop gets the result on r.saved (capacity 1,
 // one Save at a time, so the send never blocks).
-func (r *runner) startSave(ctx context.Context, pos offsets.Position) {
+func (r *runner) startSave(ctx context.Context, pos source.Position) {
 	r.saving = true
 	go func() {
 		err := r.o.Store.Save(ctx, pos)
@@ -378,7 +378,7 @@ func (r *runner) waitSave() {
 }
 
 // confirm tells the source that pos is stored, and reports the commit.
-func (r *runner) confirm(pos offsets.Position) {
+func (r *runner) confirm(pos source.Position) {
 	if err := r.src.Confirm(r.work, pos); err != nil {
 		r.log.Warn("confirm position to the source failed (stored; will confirm again)", "position", string(pos), "err", err)
 	}

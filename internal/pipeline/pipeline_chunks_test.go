@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/source"
 )
@@ -24,11 +23,11 @@ type aloChunkSource struct {
 	i         int
 	failAt    int           // -1: never
 	gate      chan struct{} // when set, the failure waits for it to be closed
-	opens     []offsets.Position
-	confirmed []offsets.Position
+	opens     []source.Position
+	confirmed []source.Position
 }
 
-func (s *aloChunkSource) Open(_ context.Context, from offsets.Position) error {
+func (s *aloChunkSource) Open(_ context.Context, from source.Position) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.opens = append(s.opens, from)
@@ -68,7 +67,7 @@ func (s *aloChunkSource) Next(ctx context.Context) (source.Tx, error) {
 	return source.Tx{}, ctx.Err()
 }
 
-func (s *aloChunkSource) Confirm(_ context.Context, p offsets.Position) error {
+func (s *aloChunkSource) Confirm(_ context.Context, p source.Position) error {
 	s.mu.Lock()
 	s.confirmed = append(s.confirmed, p)
 	s.mu.Unlock()
@@ -77,7 +76,7 @@ func (s *aloChunkSource) Confirm(_ context.Context, p offsets.Position) error {
 func (s *aloChunkSource) Close() error { return nil }
 
 // aloBigTx is one transaction of n rows in chunks of per rows, ending at pos.
-func aloBigTx(pos offsets.Position, n, per int, agg string) []source.Tx {
+func aloBigTx(pos source.Position, n, per int, agg string) []source.Tx {
 	var out []source.Tx
 	for i := 0; i < n; i += per {
 		var rs []source.Row
@@ -140,9 +139,9 @@ func TestSourceErrorBetweenChunksRereadsWhole(t *testing.T) {
 	p, st := &fakeProducer{auto: true}, &memStore{}
 	o := options(nil, p, st)
 	o.NewSource = func() source.Source { return src }
-	var stores []offsets.Position
+	var stores []source.Position
 	var mu sync.Mutex
-	o.OnCommit = func(pos offsets.Position) { mu.Lock(); stores = append(stores, pos); mu.Unlock() }
+	o.OnCommit = func(pos source.Position) { mu.Lock(); stores = append(stores, pos); mu.Unlock() }
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- Run(ctx, o) }()
@@ -202,8 +201,8 @@ func TestDeadLetterOfAChunkSaysWhereItLies(t *testing.T) {
 		for _, x := range r.Headers {
 			h[x.Key] = string(x.Value)
 		}
-		after, hasAfter := h[HeaderSourceAfter]
-		got = append(got, fmt.Sprintf("pos=%s,after=%s/%v", h[HeaderSourcePosition], after, hasAfter))
+		after, hasAfter := h[sink.HeaderSourceAfter]
+		got = append(got, fmt.Sprintf("pos=%s,after=%s/%v", h[sink.HeaderSourcePosition], after, hasAfter))
 	}
 	want := "[pos=,after=01/true pos=,after=01/true pos=02,after=/false pos=02,after=/false pos=03,after=/false]"
 	if fmt.Sprint(got) != want {

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/source"
 	"github.com/outboxd/outboxd/transform/outbox"
@@ -18,14 +17,14 @@ import (
 // fakeSource serves a fixed list of transactions, then blocks.
 type fakeSource struct {
 	txs       []source.Tx
-	from      offsets.Position
+	from      source.Position
 	mu        sync.Mutex
-	confirmed []offsets.Position
+	confirmed []source.Position
 	failAfter int // return an error after this many txs (0 = never)
 	n         int
 }
 
-func (s *fakeSource) Open(ctx context.Context, from offsets.Position) error {
+func (s *fakeSource) Open(ctx context.Context, from source.Position) error {
 	s.from = from
 	return nil
 }
@@ -45,7 +44,7 @@ func (s *fakeSource) Next(ctx context.Context) (source.Tx, error) {
 	<-ctx.Done()
 	return source.Tx{}, ctx.Err()
 }
-func (s *fakeSource) Confirm(ctx context.Context, p offsets.Position) error {
+func (s *fakeSource) Confirm(ctx context.Context, p source.Position) error {
 	s.mu.Lock()
 	s.confirmed = append(s.confirmed, p)
 	s.mu.Unlock()
@@ -86,12 +85,12 @@ func (p *fakeProducer) ack(i int, err error) {
 
 type memStore struct {
 	mu  sync.Mutex
-	pos offsets.Position
+	pos source.Position
 	err error
 }
 
-func (m *memStore) Load(context.Context) (offsets.Position, error) { return m.pos, nil }
-func (m *memStore) Save(_ context.Context, p offsets.Position) error {
+func (m *memStore) Load(context.Context) (source.Position, error) { return m.pos, nil }
+func (m *memStore) Save(_ context.Context, p source.Position) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.err != nil {
@@ -100,7 +99,7 @@ func (m *memStore) Save(_ context.Context, p offsets.Position) error {
 	m.pos = p
 	return nil
 }
-func (m *memStore) get() offsets.Position { m.mu.Lock(); defer m.mu.Unlock(); return m.pos }
+func (m *memStore) get() source.Position { m.mu.Lock(); defer m.mu.Unlock(); return m.pos }
 
 func row(id, agg string) source.Row {
 	return source.Row{Table: "public.outbox", Columns: []string{"id", "aggregatetype", "aggregateid", "payload"},
@@ -193,11 +192,11 @@ func TestPoisonRowsGoToDLQAndStreamMovesOn(t *testing.T) {
 		}
 		return ""
 	}
-	if h(dlq[0], HeaderReason) != "invalid_topic" || h(dlq[0], HeaderStage) != "transform" || h(dlq[0], HeaderSourcePosition) != "01" ||
+	if h(dlq[0], sink.HeaderReason) != "invalid_topic" || h(dlq[0], sink.HeaderStage) != "transform" || h(dlq[0], sink.HeaderSourcePosition) != "01" ||
 		!strings.Contains(string(dlq[0].Value), `"aggregatetype":"bad topic!"`) {
 		t.Errorf("transform dead letter: %+v %s", dlq[0].Headers, dlq[0].Value)
 	}
-	if h(dlq[1], HeaderReason) != "record_too_large" || h(dlq[1], HeaderStage) != "produce" || h(dlq[1], HeaderOriginalTopic) != "outbox.event.big" ||
+	if h(dlq[1], sink.HeaderReason) != "record_too_large" || h(dlq[1], sink.HeaderStage) != "produce" || h(dlq[1], sink.HeaderOriginalTopic) != "outbox.event.big" ||
 		h(dlq[1], "id") != "c" || string(dlq[1].Value) != "{}" {
 		t.Errorf("produce dead letter: %+v %s", dlq[1].Headers, dlq[1].Value)
 	}
@@ -254,7 +253,7 @@ func TestShutdownTimeout(t *testing.T) {
 func TestBackpressureCapsInflight(t *testing.T) {
 	var txs []source.Tx
 	for i := 0; i < 100; i++ {
-		txs = append(txs, source.Tx{Position: offsets.Position(fmt.Sprintf("%03d", i)), Rows: []source.Row{row(fmt.Sprint(i), "x")}})
+		txs = append(txs, source.Tx{Position: source.Position(fmt.Sprintf("%03d", i)), Rows: []source.Row{row(fmt.Sprint(i), "x")}})
 	}
 	src := &fakeSource{txs: txs}
 	p, st := &fakeProducer{}, &memStore{}
@@ -314,12 +313,12 @@ func TestDLQBreakerStopsThePipeline(t *testing.T) {
 		if i >= 5 {
 			agg = "bad topic"
 		}
-		txs = append(txs, source.Tx{Position: offsets.Position(fmt.Sprintf("%02d", i)), Rows: []source.Row{row(fmt.Sprint(i), agg)}})
+		txs = append(txs, source.Tx{Position: source.Position(fmt.Sprintf("%02d", i)), Rows: []source.Row{row(fmt.Sprint(i), agg)}})
 	}
 	src := &fakeSource{txs: txs}
 	p, st := &fakeProducer{auto: true}, &memStore{}
 	o := options(src, p, st)
-	o.DLQBreaker, _ = ParseRate("3/10")
+	o.DLQBreaker = Breaker{Max: 3, Window: 10}
 	err := Run(context.Background(), o)
 	if err == nil || !strings.Contains(err.Error(), "kafka.dlq_max_rate exceeded: 4 of the last 10") {
 		t.Fatalf("err = %v", err)
@@ -353,11 +352,11 @@ func TestHugeRecordDeadLetterDropsValue(t *testing.T) {
 			t.Fatalf("dead letter of %d bytes with value of %d", r.Size(), len(r.Value))
 		}
 		for _, h := range r.Headers {
-			if h.Key == HeaderValueDropped && len(h.Value) > 0 {
+			if h.Key == sink.HeaderValueDropped && len(h.Value) > 0 {
 				return
 			}
 		}
-		t.Fatalf("no %s header: %+v", HeaderValueDropped, r.Headers)
+		t.Fatalf("no %s header: %+v", sink.HeaderValueDropped, r.Headers)
 	}
 	t.Fatal("no dead letter")
 }
@@ -366,12 +365,12 @@ func TestHugeRecordDeadLetterDropsValue(t *testing.T) {
 type gatedStore struct {
 	memStore
 	gate    chan struct{}
-	started chan offsets.Position
+	started chan source.Position
 	mu2     sync.Mutex
-	saves   []offsets.Position
+	saves   []source.Position
 }
 
-func (g *gatedStore) Save(ctx context.Context, p offsets.Position) error {
+func (g *gatedStore) Save(ctx context.Context, p source.Position) error {
 	g.started <- p
 	select {
 	case <-g.gate:
@@ -391,11 +390,11 @@ func (g *gatedStore) Save(ctx context.Context, p offsets.Position) error {
 func TestSlowSaveDoesNotBlockTheLoop(t *testing.T) {
 	var txs []source.Tx
 	for i := range 40 {
-		txs = append(txs, source.Tx{Position: offsets.Position(fmt.Sprintf("%03d", i+1)), Rows: []source.Row{row(fmt.Sprint(i), "x")}})
+		txs = append(txs, source.Tx{Position: source.Position(fmt.Sprintf("%03d", i+1)), Rows: []source.Row{row(fmt.Sprint(i), "x")}})
 	}
 	src := &fakeSource{txs: txs}
 	p := &fakeProducer{auto: true}
-	st := &gatedStore{gate: make(chan struct{}), started: make(chan offsets.Position, 100)}
+	st := &gatedStore{gate: make(chan struct{}), started: make(chan source.Position, 100)}
 	o := options(src, p, &st.memStore)
 	o.Store = st
 	o.MaxInflight, o.MaxTxs = 5, 5
@@ -435,7 +434,7 @@ func TestSlowSaveDoesNotBlockTheLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.mu2.Lock()
-	saves := append([]offsets.Position(nil), st.saves...)
+	saves := append([]source.Position(nil), st.saves...)
 	st.mu2.Unlock()
 	if len(saves) != 2 || saves[0] != first || saves[1] != "040" {
 		t.Fatalf("saves %v, want [%s 040]", saves, first)
@@ -452,11 +451,11 @@ func TestSlowSaveDoesNotBlockTheLoop(t *testing.T) {
 func TestStopDuringSaveStoresThePrefix(t *testing.T) {
 	var txs []source.Tx
 	for i := range 10 {
-		txs = append(txs, source.Tx{Position: offsets.Position(fmt.Sprintf("%03d", i+1)), Rows: []source.Row{row(fmt.Sprint(i), "x")}})
+		txs = append(txs, source.Tx{Position: source.Position(fmt.Sprintf("%03d", i+1)), Rows: []source.Row{row(fmt.Sprint(i), "x")}})
 	}
 	src := &fakeSource{txs: txs}
 	p := &fakeProducer{auto: true}
-	st := &gatedStore{gate: make(chan struct{}), started: make(chan offsets.Position, 100)}
+	st := &gatedStore{gate: make(chan struct{}), started: make(chan source.Position, 100)}
 	o := options(src, p, &st.memStore)
 	o.Store = st
 	ctx, cancel := context.WithCancel(context.Background())

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/source"
 )
 
@@ -109,7 +108,7 @@ func (b *readBudget) free(n, size int) {
 // returned; a graceful stop (ctx done) returns nil. drained says, for the log, what stream did
 // before returning a source error.
 func runSessions(ctx context.Context, newSource func() source.Source, onOpen func(), log *slog.Logger, setSrc func(source.Source),
-	pos func() offsets.Position, stream func(context.Context) (srcErr, fatal error), drained string) error {
+	pos func() source.Position, stream func(context.Context) (srcErr, fatal error), drained string) error {
 	backoff := newBackoff(500*time.Millisecond, 30*time.Second)
 	first := true
 	for {

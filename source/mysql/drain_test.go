@@ -15,7 +15,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/replication"
 
 	"github.com/outboxd/outboxd/internal/testenv"
-	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 )
 
 // TestDrainRate measures how fast the source drains a backlog of OUTBOXD_DRAIN_BENCH single-row
@@ -101,7 +101,7 @@ func TestDrainRate(t *testing.T) {
 		defer pprof.StopCPUProfile()
 	}
 	began = time.Now()
-	s := open(t, m, offsets.Position(from), nil, "app.outbox")
+	s := open(t, m, source.Position(from), nil, "app.outbox")
 	for got := 0; got < n; {
 		tx, err := s.Next(ctx)
 		if err != nil {

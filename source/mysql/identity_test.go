@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/source"
 )
 
@@ -22,7 +21,7 @@ func TestJudgeStart(t *testing.T) {
 	with := func(f startFacts, edit func(*startFacts)) startFacts { edit(&f); return f }
 	for _, tc := range []struct {
 		name  string
-		pos   offsets.Position
+		pos   source.Position
 		facts startFacts
 		want  string // "" = accepted; else a part of the refusal
 	}{
@@ -38,7 +37,7 @@ func TestJudgeStart(t *testing.T) {
 			with(ok, func(f *startFacts) { f.atPosKnown, f.boundary = false, false }), ""},
 		{"another server_id", "0-1-42;binlog=mysql-bin.000003:700;server_id=2", ok, "server_id 2, but source.dsn reaches server_id 1"},
 		{"MariaDB position on MySQL", "mysql-bin.000003:700;server_id=1", startFacts{info: mysql, logs: logs, boundary: true}, "MariaDB server with server_id 1"},
-		{"another server_uuid", offsets.Position(u1 + ":1-42;binlog=mysql-bin.000003:700;server_uuid=" + u2),
+		{"another server_uuid", source.Position(u1 + ":1-42;binlog=mysql-bin.000003:700;server_uuid=" + u2),
 			startFacts{info: mysql, logs: logs, boundary: true, executed: u1 + ":1-50"}, "server_uuid " + u2},
 		{"RESET MASTER, numbering restarted", "0-1-42;binlog=mysql-bin.000007:700;server_id=1",
 			with(ok, func(f *startFacts) { f.atPosKnown, f.boundary = false, false }), "numbering restarted"},
@@ -54,9 +53,9 @@ func TestJudgeStart(t *testing.T) {
 			with(ok, func(f *startFacts) { f.binlogState, f.binlogEnd = "0-1-30", "0-1-30" }), "ends at GTID 0-1-30"},
 		{"GTID of a server that never wrote here", "0-3-42",
 			with(ok, func(f *startFacts) { f.binlogState, f.binlogEnd = "0-1-50", "0-1-50" }), "never had GTID 0-3-42"},
-		{"MySQL: executed lacks the stored set", offsets.Position(u1 + ":1-42;binlog=mysql-bin.000003:700;server_uuid=" + u1),
+		{"MySQL: executed lacks the stored set", source.Position(u1 + ":1-42;binlog=mysql-bin.000003:700;server_uuid=" + u1),
 			startFacts{info: mysql, logs: logs, boundary: true, executed: u1 + ":1-8"}, "gtid_executed"},
-		{"MySQL: servable", offsets.Position(u1 + ":1-42;binlog=mysql-bin.000003:700;server_uuid=" + u1),
+		{"MySQL: servable", source.Position(u1 + ":1-42;binlog=mysql-bin.000003:700;server_uuid=" + u1),
 			startFacts{info: mysql, logs: logs, boundary: true, executed: u1 + ":1-50"}, ""},
 		{"failover history: two server ids in the domain", "0-1-42;binlog=mysql-bin.000003:700;server_id=1",
 			with(ok, func(f *startFacts) { f.binlogState, f.binlogEnd = "0-1-50,0-2-60", "0-2-60" }), ""},

@@ -13,7 +13,6 @@ import (
 	"github.com/go-mysql-org/go-mysql/client"
 
 	"github.com/outboxd/outboxd/internal/testenv"
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/source"
 	"github.com/outboxd/outboxd/source/sourcetest"
 )
@@ -142,7 +141,7 @@ func TestConformance(t *testing.T) {
 }
 
 // open opens a source on m for the given tables.
-func open(t *testing.T, m *testenv.MariaDB, from offsets.Position, useGTID *bool, tables ...string) *Source {
+func open(t *testing.T, m *testenv.MariaDB, from source.Position, useGTID *bool, tables ...string) *Source {
 	t.Helper()
 	s := New(Config{Start: "current", DSN: m.DSN("app"), Tables: tables, ServerID: serverIDs.Add(1), UseGTID: useGTID, AllowMinimalRowMetadata: true,
 		HeartbeatPeriod: time.Second, ReconnectTimeout: 30 * time.Second}, testLogger())

@@ -9,8 +9,7 @@ import (
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/google/uuid"
-
-	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 )
 
 // posKind is the form of a position text.
@@ -181,7 +180,7 @@ func (p position) core() position {
 
 // parsePosition reads a position text in any of the three forms, with or without its origin
 // (see origin). The empty text is kindNone.
-func parsePosition(s offsets.Position) (position, error) {
+func parsePosition(s source.Position) (position, error) {
 	t := strings.TrimSpace(string(s))
 	if t == "" {
 		return position{kind: kindNone}, nil
@@ -315,7 +314,7 @@ func isMariaGTIDText(t string) bool {
 // a position of the older form compares with its current form as equal. The empty position is
 // before every other one. Positions of different forms, or texts that do
 // not parse, compare as plain strings: one source never hands out such a mix.
-func ComparePosition(a, b offsets.Position) int {
+func ComparePosition(a, b source.Position) int {
 	if a == b {
 		return 0
 	}

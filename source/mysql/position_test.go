@@ -4,12 +4,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 )
 
 func TestParsePosition(t *testing.T) {
 	for _, tc := range []struct {
-		in   offsets.Position
+		in   source.Position
 		kind posKind
 		out  string
 	}{
@@ -32,7 +32,7 @@ func TestParsePosition(t *testing.T) {
 			t.Errorf("parsePosition(%q) = %v %q, want %v %q", tc.in, p.kind, p.String(), tc.kind, tc.out)
 		}
 	}
-	for _, bad := range []offsets.Position{"0/16B3748", "0-1", "0-1-42,0-2-43", "file:", "file:-1", "a b:3", "3e11fa47-71ca-11e1-9e33-c80aa9429562:x"} {
+	for _, bad := range []source.Position{"0/16B3748", "0-1", "0-1-42,0-2-43", "file:", "file:-1", "a b:3", "3e11fa47-71ca-11e1-9e33-c80aa9429562:x"} {
 		if _, err := parsePosition(bad); err == nil {
 			t.Errorf("parsePosition(%q) accepted", bad)
 		}
@@ -42,7 +42,7 @@ func TestParsePosition(t *testing.T) {
 func TestComparePosition(t *testing.T) {
 	const u = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 	for _, tc := range []struct {
-		a, b offsets.Position
+		a, b source.Position
 		want int
 	}{
 		{"mysql-bin.000003:1234", "mysql-bin.000003:1234", 0},
@@ -86,7 +86,7 @@ func TestMariaGTIDsSet(t *testing.T) {
 func TestParsePositionOrigin(t *testing.T) {
 	const u = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 	for _, tc := range []struct {
-		in        offsets.Position
+		in        source.Position
 		kind      posKind
 		core, out string
 		want      origin
@@ -97,7 +97,7 @@ func TestParsePositionOrigin(t *testing.T) {
 		{" 1-2-7,0-1-42 ; server_id=9;binlog=mysql-bin.000010 ", kindMariaGTID, "0-1-42,1-2-7", "0-1-42,1-2-7;binlog=mysql-bin.000010;server_id=9",
 			origin{serverID: "9", binlog: "mysql-bin.000010"}},
 		{"mysql-bin.000003:1234;server_id=1", kindFile, "mysql-bin.000003:1234", "mysql-bin.000003:1234;server_id=1", origin{serverID: "1"}},
-		{offsets.Position(u + ":1-42;binlog=binlog.000002:77;server_uuid=" + strings.ToUpper(u)), kindMySQLGTID, u + ":1-42",
+		{source.Position(u + ":1-42;binlog=binlog.000002:77;server_uuid=" + strings.ToUpper(u)), kindMySQLGTID, u + ":1-42",
 			u + ":1-42;binlog=binlog.000002:77;server_uuid=" + u, origin{serverUUID: u, binlog: "binlog.000002", binlogPos: 77}},
 		{"0-1-42", kindMariaGTID, "0-1-42", "0-1-42", origin{}}, // the older form
 	} {
@@ -111,12 +111,12 @@ func TestParsePositionOrigin(t *testing.T) {
 				tc.kind, tc.core, tc.out, tc.want)
 		}
 		// The text round-trips.
-		q, err := parsePosition(offsets.Position(p.String()))
+		q, err := parsePosition(source.Position(p.String()))
 		if err != nil || q.String() != p.String() {
 			t.Errorf("round trip of %q: %q %v", p.String(), q.String(), err)
 		}
 	}
-	for _, bad := range []offsets.Position{
+	for _, bad := range []source.Position{
 		";server_id=1",                               // no core
 		"0-1-42;",                                    // empty field
 		"0-1-42;server_id",                           // not key=value
@@ -139,7 +139,7 @@ func TestParsePositionOrigin(t *testing.T) {
 
 func TestComparePositionIgnoresOrigin(t *testing.T) {
 	for _, tc := range []struct {
-		a, b offsets.Position
+		a, b source.Position
 		want int
 	}{
 		{"0-1-42", "0-1-42;binlog=mysql-bin.000003:1234;server_id=1", 0},

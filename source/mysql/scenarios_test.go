@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/internal/testenv"
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/source"
 )
 
@@ -132,7 +131,7 @@ func TestPurgedBinlog(t *testing.T) {
 	oldest := purgeTo(t, m)
 
 	for _, tc := range []struct {
-		from offsets.Position
+		from source.Position
 		want []string
 	}{
 		{fpos, []string{"mysql-bin.000001", "purged", oldest + ":4", "offsets set"}},

@@ -12,7 +12,6 @@ import (
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	perrors "github.com/pingcap/errors"
 
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/source"
 )
 
@@ -262,7 +261,7 @@ func parsePosition2(s string, kind posKind) (position, error) {
 		}
 		return p, nil
 	}
-	p, err := parsePosition(offsets.Position(s))
+	p, err := parsePosition(source.Position(s))
 	if err != nil {
 		return p, err
 	}

@@ -3,7 +3,7 @@
 // tables, transaction by transaction in commit order, each in chunks of bounded size
 // (Config.ChunkRows, Config.ChunkBytes).
 //
-// Positions (offsets.Position) are GTID positions when the server has GTIDs — MariaDB
+// Positions (source.Position) are GTID positions when the server has GTIDs — MariaDB
 // "domain-server-seq" per domain ("0-1-42", "0-1-42,1-2-7"), MySQL executed sets
 // ("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-42") — else "binlog-file:pos" ("mysql-bin.000003:1234",
 // the offset just after the transaction). See Config.UseGTID and ComparePosition.
@@ -37,7 +37,6 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/replication"
 
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/source"
 )
 
@@ -75,7 +74,7 @@ type Source struct {
 	feed    *eventFeed    // the current stream's events
 	stop    chan struct{} // stops the current stream's watchdog
 	live    liveness
-	confirm atomic.Pointer[offsets.Position]
+	confirm atomic.Pointer[source.Position]
 
 	// Events taken from the feed and not yet handled (pending[next:]); Next's goroutine only.
 	pending []*replication.BinlogEvent
@@ -109,7 +108,7 @@ func New(cfg Config, log *slog.Logger) *Source {
 
 // Open connects, checks the server and the start position, and starts streaming after from
 // (an empty from starts at the server's current binlog end).
-func (s *Source) Open(ctx context.Context, from offsets.Position) error {
+func (s *Source) Open(ctx context.Context, from source.Position) error {
 	if s.cfgErr != nil {
 		return s.cfgErr
 	}
@@ -366,13 +365,13 @@ func (s *Source) recover(ctx context.Context, streamErr error) error {
 
 // Confirm records p as delivered. MySQL has no replica cursor to advance, so this never
 // blocks and never fails; the server's binlog expiry alone decides retention.
-func (s *Source) Confirm(_ context.Context, p offsets.Position) error {
+func (s *Source) Confirm(_ context.Context, p source.Position) error {
 	s.confirm.Store(&p)
 	return nil
 }
 
 // Confirmed returns the last position passed to Confirm ("" if none).
-func (s *Source) Confirmed() offsets.Position {
+func (s *Source) Confirmed() source.Position {
 	if p := s.confirm.Load(); p != nil {
 		return *p
 	}

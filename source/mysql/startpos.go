@@ -14,8 +14,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/replication"
-
-	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 )
 
 type startMode int
@@ -43,7 +42,7 @@ func parseStart(s string) (startSpec, error) {
 	case "earliest":
 		return startSpec{mode: startEarliest}, nil
 	default:
-		p, err := parsePosition(offsets.Position(t))
+		p, err := parsePosition(source.Position(t))
 		if err != nil {
 			return startSpec{}, fmt.Errorf("source.mysql.start: %q is not current, earliest or a position: %w", s, err)
 		}
@@ -79,7 +78,7 @@ func (s *Source) startPosition(c *client.Conn, stored position, want startSpec) 
 	if stored.kind != kindNone {
 		switch want.mode {
 		case startAt:
-			if ComparePosition(offsets.Position(stored.String()), offsets.Position(want.at.String())) != 0 {
+			if ComparePosition(source.Position(stored.String()), source.Position(want.at.String())) != 0 {
 				s.log.Warn("source.mysql.start names a position, but a stored position exists and wins (source.mysql.start only applies to a run "+
 					"without one); to replay from another position, stop outboxd and use `outboxd offsets set`",
 					"stored", stored.String(), "start", s.cfg.Start)
@@ -175,7 +174,7 @@ func (st *stamper) apply(a *assembler, from int) {
 	}
 }
 
-func (st *stamper) position(core offsets.Position) offsets.Position {
+func (st *stamper) position(core source.Position) source.Position {
 	if core == "" {
 		return core
 	}
@@ -191,5 +190,5 @@ func (st *stamper) position(core offsets.Position) offsets.Position {
 		}
 	}
 	b.WriteString(st.id)
-	return offsets.Position(b.String())
+	return source.Position(b.String())
 }

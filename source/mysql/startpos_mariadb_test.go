@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/internal/testenv"
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/source"
 )
 
@@ -45,7 +44,7 @@ func TestStartSetting(t *testing.T) {
 	if err := newSource("", true).Open(ctx, ""); err == nil || !strings.Contains(err.Error(), "no stored position in offsets file /x (offsets.path)") {
 		t.Fatalf("Open without a position and without Start: %v", err)
 	}
-	stored := map[bool]offsets.Position{}
+	stored := map[bool]source.Position{}
 	for _, gtid := range []bool{true, false} {
 		s := newSource("earliest", gtid)
 		if err := s.Open(ctx, ""); err != nil {
@@ -85,7 +84,7 @@ func TestStartSetting(t *testing.T) {
 
 	mustExec(t, c, "RESET MASTER")
 	// The older form (GTID alone) is caught by its numbers while the server is behind them.
-	old := offsets.Position(strings.Split(string(stored[true]), ";")[0])
+	old := source.Position(strings.Split(string(stored[true]), ";")[0])
 	if err := newSource("", true).Open(ctx, old); err == nil || !errors.Is(err, source.ErrPositionLost) || !strings.Contains(err.Error(), "no GTIDs of domain 0") {
 		t.Errorf("Open(%q) right after RESET MASTER: %v, want a lost-position refusal", old, err)
 	}

@@ -5,8 +5,7 @@ import (
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/replication"
-
-	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 )
 
 // TestStamper: positions handed out carry the server identity and, for GTID positions, the
@@ -24,7 +23,7 @@ func TestStamper(t *testing.T) {
 		ev   replication.Event
 		pos  uint32
 		inTx bool
-		want offsets.Position
+		want source.Position
 	}{
 		{&replication.QueryEvent{Query: []byte("BEGIN")}, 1000, true, "0-1-6;binlog=mysql-bin.000002:900;server_id=7"}, // inside: unchanged
 		{&replication.XIDEvent{}, 1200, false, "0-1-6;binlog=mysql-bin.000003:1200;server_id=7"},
@@ -48,7 +47,7 @@ func TestStamper(t *testing.T) {
 	}
 }
 
-func cutOrigin(p offsets.Position) (offsets.Position, string, bool) {
+func cutOrigin(p source.Position) (source.Position, string, bool) {
 	for i := range p {
 		if p[i] == ';' {
 			return p[:i], string(p[i+1:]), true

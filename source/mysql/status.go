@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 )
 
 // ServerStatus is what Inspect learns about a server, for preflight checks (`outboxd check`)
@@ -27,7 +27,7 @@ type ServerStatus struct {
 	ColumnNames string
 	// Position is the server's current binlog end, in the form a source with this Config and
 	// no stored position would use (GTID or file:pos).
-	Position offsets.Position
+	Position source.Position
 	// ReplicationGrant reports whether the user's grants include REPLICATION SLAVE (or ALL
 	// PRIVILEGES); Grants are the SHOW GRANTS lines it was read from.
 	ReplicationGrant bool
@@ -74,7 +74,7 @@ func Inspect(ctx context.Context, cfg Config, columns ...string) (ServerStatus, 
 	s.info = info
 	if kind, err := s.positionKind(position{}); err == nil && st.Prerequisites == nil {
 		if p, err := currentPosition(c, kind); err == nil {
-			st.Position = offsets.Position(p.String())
+			st.Position = source.Position(p.String())
 		}
 	}
 	if rows, err := query(c, "SHOW GRANTS"); err == nil {
@@ -116,7 +116,7 @@ func Inspect(ctx context.Context, cfg Config, columns ...string) (ServerStatus, 
 // CheckPosition reports whether the server can still serve a source started at p: nil when it
 // can, else the error Open would return (purged binlog, unknown file, wrong flavor), without
 // starting a binlog stream. It does not catch every case the server itself refuses (see Open).
-func CheckPosition(ctx context.Context, cfg Config, p offsets.Position) error {
+func CheckPosition(ctx context.Context, cfg Config, p source.Position) error {
 	s := New(cfg, nil)
 	if s.cfgErr != nil {
 		return s.cfgErr

@@ -13,7 +13,6 @@ import (
 	"github.com/go-mysql-org/go-mysql/replication"
 	"github.com/google/uuid"
 
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/source"
 )
 
@@ -59,8 +58,8 @@ type assembler struct {
 	pos       uint32 // file mode: offset just after the last transaction
 	maria     mariaGTIDs
 	mysql     *gomysql.MysqlGTIDSet
-	committed offsets.Position
-	emitted   offsets.Position // position of the last Tx handed out (or the start position)
+	committed source.Position
+	emitted   source.Position // position of the last Tx handed out (or the start position)
 	lastEmit  time.Time
 
 	// The transaction being read.
@@ -109,7 +108,7 @@ func newAssembler(start position, captured map[tableKey]string, tracker *schemaT
 		s, _ := gomysql.ParseMysqlGTIDSet("")
 		a.mysql = s.(*gomysql.MysqlGTIDSet)
 	}
-	a.committed = offsets.Position(start.String())
+	a.committed = source.Position(start.String())
 	a.emitted = a.committed
 	a.lastEmit = a.now()
 	return a
@@ -171,7 +170,7 @@ func (a *assembler) handle(ev *replication.BinlogEvent) error {
 			a.file = next
 			if a.kind == kindFile && !a.inTx {
 				a.pos = uint32(e.Position)
-				a.committed = offsets.Position(a.file + ":" + strconv.FormatUint(uint64(a.pos), 10))
+				a.committed = source.Position(a.file + ":" + strconv.FormatUint(uint64(a.pos), 10))
 			}
 		}
 	case *replication.MariadbGTIDEvent:
@@ -392,16 +391,16 @@ func (a *assembler) commit(h *replication.EventHeader) error {
 			return fmt.Errorf("binlog %s: transaction end without a log position; file:pos positions cannot be used with this server (use GTIDs)", a.file)
 		}
 		a.pos = h.LogPos
-		a.committed = offsets.Position(a.file + ":" + strconv.FormatUint(uint64(a.pos), 10))
+		a.committed = source.Position(a.file + ":" + strconv.FormatUint(uint64(a.pos), 10))
 	case kindMariaGTID:
 		if a.hasMaria {
 			a.maria = a.maria.set(a.mariaGTID)
-			a.committed = offsets.Position(a.maria.String())
+			a.committed = source.Position(a.maria.String())
 		}
 	case kindMySQLGTID:
 		if a.hasMySQL {
 			a.mysql.AddGTIDWithTag(a.sid, a.tag, a.gno)
-			a.committed = offsets.Position(a.mysql.String())
+			a.committed = source.Position(a.mysql.String())
 		}
 	}
 	if a.txRows+len(a.rows) > 0 && (a.kind == kindMariaGTID && !a.hasMaria || a.kind == kindMySQLGTID && !a.hasMySQL) {

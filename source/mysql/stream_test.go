@@ -8,7 +8,6 @@ import (
 	"github.com/go-mysql-org/go-mysql/replication"
 	"github.com/google/uuid"
 
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/source"
 )
 
@@ -40,7 +39,7 @@ func newStreamKit(t testing.TB) *streamKit {
 	return k
 }
 
-func (k *streamKit) assembler(t testing.TB, start offsets.Position, captured bool) *assembler {
+func (k *streamKit) assembler(t testing.TB, start source.Position, captured bool) *assembler {
 	p, err := parsePosition(start)
 	if err != nil {
 		t.Fatal(err)

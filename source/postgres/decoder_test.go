@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/source"
 )
 
@@ -335,13 +334,13 @@ func TestLSN(t *testing.T) {
 	if l, err := ParseLSN("1A/b"); err != nil || l != 0x1A_0000_000B {
 		t.Errorf("ParseLSN(1A/b) = %v, %v", l, err)
 	}
-	for _, bad := range []offsets.Position{"", "0", "0/", "/1", "x/1", "0/1/2", "123456789/0", "mysql-bin.000003:4", "0-1-42"} {
+	for _, bad := range []source.Position{"", "0", "0/", "/1", "x/1", "0/1/2", "123456789/0", "mysql-bin.000003:4", "0-1-42"} {
 		if _, err := ParseLSN(bad); err == nil {
 			t.Errorf("ParseLSN(%q): no error", bad)
 		}
 	}
 	for _, c := range []struct {
-		a, b offsets.Position
+		a, b source.Position
 		want int
 	}{{"0/1", "0/2", -1}, {"0/2", "0/1", 1}, {"1/0", "0/FFFFFFFF", 1}, {"0/A", "0/a", 0}, {"", "0/1", -1}} {
 		if got := CompareLSN(c.a, c.b); got != c.want {

@@ -4,8 +4,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pglogrepl"
-
-	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 )
 
 // LSN text form: PostgreSQL's "%X/%X" (upper-case hex, no leading zeros, high and low 32 bits).
@@ -14,7 +13,7 @@ import (
 
 // ParseLSN parses a position in PostgreSQL's LSN text form ("0/16B3748", hex digits in either
 // case). The empty position is an error: callers decide what "no position" means.
-func ParseLSN(p offsets.Position) (pglogrepl.LSN, error) {
+func ParseLSN(p source.Position) (pglogrepl.LSN, error) {
 	if l, ok := parseLSN(string(p)); ok {
 		return l, nil
 	}
@@ -79,7 +78,7 @@ func appendHex32(b []byte, v uint32) []byte {
 // CompareLSN compares two LSN positions: -1 if a is before b, 0 if equal, +1 if after. An empty
 // or malformed position counts as 0/0 (before every real position); validate with ParseLSN
 // where that matters.
-func CompareLSN(a, b offsets.Position) int {
+func CompareLSN(a, b source.Position) int {
 	la, _ := parseLSN(string(a))
 	lb, _ := parseLSN(string(b))
 	switch {
@@ -92,4 +91,4 @@ func CompareLSN(a, b offsets.Position) int {
 }
 
 // lsnPosition is the position of an LSN.
-func lsnPosition(l pglogrepl.LSN) offsets.Position { return offsets.Position(formatLSN(l)) }
+func lsnPosition(l pglogrepl.LSN) source.Position { return source.Position(formatLSN(l)) }

@@ -6,8 +6,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pglogrepl"
-
-	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 )
 
 // The hand-written LSN text form must stay identical to pglogrepl's (PostgreSQL's "%X/%X").
@@ -27,7 +26,7 @@ func TestLSNMatchesPglogrepl(t *testing.T) {
 			t.Fatalf("lsnPosition(%#x) = %q, want %q", uint64(v), got, want)
 		}
 		for _, s := range []string{want, strings.ToLower(want)} {
-			got, err := ParseLSN(offsets.Position(s))
+			got, err := ParseLSN(source.Position(s))
 			ref, rerr := pglogrepl.ParseLSN(s)
 			if err != nil || rerr != nil || got != v || ref != v {
 				t.Fatalf("ParseLSN(%q) = %#x, %v; pglogrepl %#x, %v; want %#x", s, uint64(got), err, uint64(ref), rerr, uint64(v))
@@ -36,13 +35,13 @@ func TestLSNMatchesPglogrepl(t *testing.T) {
 	}
 	// Leading zeros are accepted (up to 8 digits a half), as before.
 	for s, want := range map[string]pglogrepl.LSN{"00000000/00000001": 1, "0001/0": 1 << 32, "ffffffff/FFFFFFFF": 0xFFFFFFFF_FFFFFFFF} {
-		if got, err := ParseLSN(offsets.Position(s)); err != nil || got != want {
+		if got, err := ParseLSN(source.Position(s)); err != nil || got != want {
 			t.Errorf("ParseLSN(%q) = %#x, %v", s, uint64(got), err)
 		}
 	}
 	for _, bad := range []string{"", "/", "0/", "/0", "0//0", "0/0/", " 0/1", "0/1 ", "+1/0", "0/-1", "0x1/0", "g/0",
 		"123456789/0", "0/123456789", "0/1\x00"} {
-		if l, err := ParseLSN(offsets.Position(bad)); err == nil {
+		if l, err := ParseLSN(source.Position(bad)); err == nil {
 			t.Errorf("ParseLSN(%q) = %#x, no error", bad, uint64(l))
 		}
 	}
@@ -55,14 +54,14 @@ func TestLSNMatchesPglogrepl(t *testing.T) {
 }
 
 var (
-	sinkPos offsets.Position
+	sinkPos source.Position
 	sinkLSN pglogrepl.LSN
 )
 
 // BenchmarkLSN compares the hand-written LSN text form with pglogrepl's fmt-based one.
 func BenchmarkLSN(b *testing.B) {
 	l := pglogrepl.LSN(0x1A_016B_3748)
-	s := offsets.Position(l.String())
+	s := source.Position(l.String())
 	b.Run("format", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
@@ -72,7 +71,7 @@ func BenchmarkLSN(b *testing.B) {
 	b.Run("format-pglogrepl", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
-			sinkPos = offsets.Position((l + pglogrepl.LSN(i)).String())
+			sinkPos = source.Position((l + pglogrepl.LSN(i)).String())
 		}
 	})
 	b.Run("parse", func(b *testing.B) {

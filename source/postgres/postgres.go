@@ -25,7 +25,6 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/source"
 )
 
@@ -174,7 +173,7 @@ func New(cfg Config, log *slog.Logger) *Source {
 // package contract). It returns an error, and streams nothing, when from can no longer be
 // served: the slot is missing, lost, or has confirmed_flush_lsn beyond from. It never creates a
 // slot when from is non-empty. An empty from starts where the slot stands (a new slot: now).
-func (s *Source) Open(ctx context.Context, from offsets.Position) error {
+func (s *Source) Open(ctx context.Context, from source.Position) error {
 	s.mu.Lock()
 	if s.opened || s.closed {
 		s.mu.Unlock()
@@ -248,7 +247,7 @@ func (s *Source) Next(ctx context.Context) (source.Tx, error) {
 // a status update carrying it within about 100ms. It never blocks on I/O and is safe to call
 // concurrently with Next. Positions lower than an earlier Confirm are ignored. After Close it is
 // a no-op: the next Open starts by confirming its stored position.
-func (s *Source) Confirm(_ context.Context, p offsets.Position) error {
+func (s *Source) Confirm(_ context.Context, p source.Position) error {
 	lsn, err := ParseLSN(p)
 	if err != nil {
 		return fmt.Errorf("confirm: %w", err)

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxd/outboxd/internal/testenv"
-	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 )
 
 // Open's failure cases: a stored position the slot can no longer serve is a loud error.
@@ -20,7 +20,7 @@ func TestMissingSlotWithStoredPosition(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newTestSource(dsn, "missing_slot")
-	err := s.Open(context.Background(), offsets.Position(pos))
+	err := s.Open(context.Background(), source.Position(pos))
 	if err == nil {
 		s.Close()
 		t.Fatal("Open with a stored position and no slot succeeded")

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxd/outboxd/internal/testenv"
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/source"
 )
 
@@ -108,7 +107,7 @@ func TestSlotWatch(t *testing.T) {
 
 	// Open from the stored position refuses the lost slot, loudly and for good.
 	s2 := New(Config{DSN: pg.DSN("app"), Tables: []string{"public.outbox"}, Slot: "watched", Publication: "watched"}, testLog())
-	err = s2.Open(ctx, offsets.Position(stored))
+	err = s2.Open(ctx, source.Position(stored))
 	s2.Close()
 	if err == nil || !errors.Is(err, source.ErrPositionLost) {
 		t.Fatalf("Open on a lost slot: %v, want ErrPositionLost", err)

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxd/outboxd/internal/testenv"
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/source"
 	"github.com/outboxd/outboxd/source/sourcetest"
 )
@@ -170,7 +169,7 @@ func nextRows(t *testing.T, s *Source) source.Tx {
 	}
 }
 
-func open(t *testing.T, s *Source, from offsets.Position) {
+func open(t *testing.T, s *Source, from source.Position) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -212,16 +211,16 @@ func TestValueDecodingEndToEnd(t *testing.T) {
 	}
 }
 
-func slotConfirmed(t *testing.T, conn *pgx.Conn, slot string) offsets.Position {
+func slotConfirmed(t *testing.T, conn *pgx.Conn, slot string) source.Position {
 	t.Helper()
 	var p string
 	if err := conn.QueryRow(context.Background(), `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&p); err != nil {
 		t.Fatal(err)
 	}
-	return offsets.Position(p)
+	return source.Position(p)
 }
 
-func waitConfirmed(t *testing.T, conn *pgx.Conn, slot string, want offsets.Position) {
+func waitConfirmed(t *testing.T, conn *pgx.Conn, slot string, want source.Position) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -246,7 +245,7 @@ func TestConfirmNeverBeyondConfirmed(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		exec(t, conn, `INSERT INTO public.outbox (id) VALUES (gen_random_uuid())`)
 	}
-	var pos []offsets.Position
+	var pos []source.Position
 	for i := 0; i < 3; i++ {
 		pos = append(pos, nextRows(t, s).Position)
 	}

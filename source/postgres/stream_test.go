@@ -13,8 +13,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 )
 
 // The stream loop against a fake walsender on a loopback TCP connection: no PostgreSQL, so the
@@ -205,7 +204,7 @@ func testInsert() []byte {
 	return insertMsg(1, outboxRow("6d3f1c2e-5a4b-4c3d-9e8f-0a1b2c3d4e5f", "customer-42", benchPayload)...)
 }
 
-func nextWithin(t *testing.T, s *Source, d time.Duration) (offsets.Position, int) {
+func nextWithin(t *testing.T, s *Source, d time.Duration) (source.Position, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/source"
 )
 
@@ -46,7 +45,7 @@ type Harness struct {
 	UpdateDelete func(t *testing.T, id string)
 	// Equal compares two positions of this source: it reports whether a is before b (-1), equal
 	// (0) or after (1). Used to check monotonicity.
-	Compare func(a, b offsets.Position) int
+	Compare func(a, b source.Position) int
 	// ChunkRows is the row cap of one chunk the sources NewSource returns are configured with
 	// (keep it small, e.g. 7, so the suite stays fast). Required: the suite checks that a larger
 	// transaction arrives in chunks. Insert must write one row per statement.
@@ -78,7 +77,7 @@ func Run(t *testing.T, h Harness) {
 	}
 	defer func() { src.Close() }()
 
-	var last offsets.Position
+	var last source.Position
 	// next returns the next transaction that has rows, checking position monotonicity on all.
 	next := func(t *testing.T, s source.Source) source.Tx {
 		t.Helper()
@@ -134,7 +133,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("updates, deletes, other tables ignored; insert-then-delete published once", func(t *testing.T) {
 		expect(t, next(t, src), itd)
 	})
-	var stored offsets.Position
+	var stored source.Position
 	t.Run("transaction after", func(t *testing.T) {
 		tx := next(t, src)
 		expect(t, tx, after)
@@ -148,7 +147,7 @@ func Run(t *testing.T, h Harness) {
 	b1, b2 := NewEvent("f"), NewEvent("g")
 	h.Insert(t, b1)
 	h.Insert(t, b2)
-	var b1pos, b2pos offsets.Position
+	var b1pos, b2pos source.Position
 	t.Run("read past the stored position before restart", func(t *testing.T) {
 		tx := next(t, src)
 		expect(t, tx, b1)
@@ -294,7 +293,7 @@ func checkChunked(t *testing.T, h Harness, chunks []source.Tx, evs []Event, whol
 
 // nextChunks returns the chunks of the next transaction that has rows (idle progress before it
 // is skipped), checking position monotonicity against *last; at most max chunks (0: all).
-func nextChunks(t *testing.T, ctx context.Context, s source.Source, h Harness, last *offsets.Position, max int) []source.Tx {
+func nextChunks(t *testing.T, ctx context.Context, s source.Source, h Harness, last *source.Position, max int) []source.Tx {
 	t.Helper()
 	var chunks []source.Tx
 	for {

@@ -63,10 +63,10 @@ type alo struct {
 	stopping bool      // the drain is a Stop's (else a SourceEnded's)
 	deadline time.Time // the drain's
 	timedOut string    // set when the deadline passed: what was unresolved then
-	after    offsets.Position
+	after    source.Position
 }
 
-func newALO(c *Core, stored offsets.Position) *alo {
+func newALO(c *Core, stored source.Position) *alo {
 	a := &alo{c: c, tracker: offsets.NewTracker(c.cfg.MaxInflight, c.cfg.MaxTxs)}
 	a.ledger.init(c, stored)
 	return a

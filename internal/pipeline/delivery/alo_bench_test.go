@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/source"
 )
 
@@ -16,9 +15,9 @@ func BenchmarkALOCore(b *testing.B) {
 	c := New(Config{Mode: AtLeastOnce, Route: testRoute, Classify: testClassify, DeadLetter: testDeadLetter}, "")
 	c.Open()
 	rs := rows(1, 1, 300)
-	pos := make([]offsets.Position, 100)
+	pos := make([]source.Position, 100)
 	for i := range pos {
-		pos[i] = offsets.Position(fmt.Sprintf("p%03d", i))
+		pos[i] = source.Position(fmt.Sprintf("p%03d", i))
 	}
 	now := time.Unix(1e9, 0)
 	b.ReportAllocs()

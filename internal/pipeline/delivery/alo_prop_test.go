@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/source"
 )
@@ -49,7 +48,7 @@ func testDeadLetter(rec sink.Record, row *source.Row, stage, reason, msg string,
 
 // ptx is one source transaction of the model: its rows, cut into chunks.
 type ptx struct {
-	pos    offsets.Position
+	pos    source.Position
 	rows   []source.Row
 	chunks [][2]int // [from, to) row ranges; the last is the closing chunk (maybe empty)
 }
@@ -58,7 +57,7 @@ func genTxs(rng *rand.Rand, n int) []ptx {
 	txs := make([]ptx, n)
 	for i := range txs {
 		t := &txs[i]
-		t.pos = offsets.Position(fmt.Sprintf("p%03d", i))
+		t.pos = source.Position(fmt.Sprintf("p%03d", i))
 		k := rng.IntN(7)
 		for j := 0; j < k; j++ {
 			val := "v" + string(make([]byte, rng.IntN(200)))
@@ -112,7 +111,7 @@ type propRun struct {
 	sends      map[ID]*instance
 	pending    []ID // executed sends without an outcome
 	insts      []*instance
-	saving     offsets.Position // the model's save in flight
+	saving     source.Position // the model's save in flight
 	savingIdx  int
 	stallLeft  int
 	storedIdx  int // index of the stored transaction (-1: none)
@@ -125,7 +124,7 @@ type propRun struct {
 	resolvedTx map[int]int // tx → rows resolved in the current instance set
 }
 
-func posIndex(p offsets.Position) int {
+func posIndex(p source.Position) int {
 	if p == "" {
 		return -1
 	}

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/source"
 )
 
@@ -18,13 +17,13 @@ type aloHarness struct {
 	c        *Core
 	now      time.Time
 	sends    []Send
-	saves    []offsets.Position
-	confirms []offsets.Position
+	saves    []source.Position
+	confirms []source.Position
 	events   []Event
 	done     bool
 }
 
-func newHarness(t *testing.T, cfg Config, stored offsets.Position) *aloHarness {
+func newHarness(t *testing.T, cfg Config, stored source.Position) *aloHarness {
 	cfg.Mode = AtLeastOnce
 	if cfg.Route == nil {
 		cfg.Route = testRoute
@@ -212,7 +211,7 @@ func TestALODeadLetterOfAnOpenChunk(t *testing.T) {
 func TestALOSaveQueueNewestOnly(t *testing.T) {
 	h := newHarness(t, Config{}, "")
 	for i := 1; i <= 3; i++ {
-		h.accept(source.Tx{Rows: rows(i, 1, 1), Position: offsets.Position(fmt.Sprintf("p%03d", i))})
+		h.accept(source.Tx{Rows: rows(i, 1, 1), Position: source.Position(fmt.Sprintf("p%03d", i))})
 		h.ackAll()
 		h.tick()
 	}

@@ -1,10 +1,7 @@
 package delivery
 
 import (
-	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 )
 
 // Breaker trips when more than Max of the last Window records were dead-lettered, so that a
@@ -14,21 +11,6 @@ type Breaker struct {
 	Max, Window int
 	ring        []bool
 	i, n, bad   int
-}
-
-// ParseRate parses kafka.dlq_max_rate, "N/M": more than N dead letters among the last M records
-// trips. "" disables.
-func ParseRate(s string) (Breaker, error) {
-	if s == "" {
-		return Breaker{}, nil
-	}
-	a, b, ok := strings.Cut(s, "/")
-	n, err1 := strconv.Atoi(strings.TrimSpace(a))
-	m, err2 := strconv.Atoi(strings.TrimSpace(b))
-	if !ok || err1 != nil || err2 != nil || n < 0 || m < 1 || n >= m {
-		return Breaker{}, fmt.Errorf("%q must be N/M with 0 <= N < M (stop when more than N of the last M records were dead-lettered)", s)
-	}
-	return Breaker{Max: n, Window: m}, nil
 }
 
 // Record adds one record's outcome and reports whether the breaker tripped.

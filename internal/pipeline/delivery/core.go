@@ -32,7 +32,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/source"
 )
@@ -55,11 +54,11 @@ type Where struct {
 	// Position is the end of the row's source transaction, as today's outboxd.source.position
 	// header. It is "" for a row of a chunk with More set: the transaction's end is not known
 	// yet (and is not waited for: that would hold the whole transaction in memory).
-	Position offsets.Position
+	Position source.Position
 	// After is the end of the transaction before the row's one (or the position the session
 	// opened at): set when Position is "", so the dead letter still says where the row lies
 	// (header outboxd.source.after).
-	After offsets.Position
+	After source.Position
 }
 
 // Config configures a Core. Fields marked ALO or EOS apply to that mode only. Zero values get
@@ -92,8 +91,8 @@ type Config struct {
 	// Fenced (EOS) reports PRODUCER_FENCED. nil: never.
 	Fatal  func(error) (fatal bool, why string)
 	Fenced func(error) bool
-	// PositionRecord (EOS) builds the record that stores a position (offsets.KafkaStore.Record).
-	PositionRecord func(offsets.Position) sink.Record
+	// PositionRecord (EOS) builds the record that stores a position (kafka.OffsetStore.Record).
+	PositionRecord func(source.Position) sink.Record
 	// DeadLetter builds the complete dead letter of a record that can never be delivered: topic
 	// set (kafka.dlq_topic), value dropped if it would be too large itself. rec is the record as
 	// far as it could be built; stage is "transform" or "produce".
@@ -191,7 +190,7 @@ type Ready struct {
 	// Save (ALO): start THE one Store.Save of this position (asynchronously; at most one is in
 	// flight); report it with SaveResult. Confirm (both): Source.Confirm this position; it is
 	// stored (ALO: saved; EOS: committed with the records), and never more than that.
-	Save, Confirm offsets.Position
+	Save, Confirm source.Position
 
 	Events []Event // metrics and log lines, in order
 
@@ -237,8 +236,8 @@ type Event struct {
 	Stage    string
 	Msg      string // EventDeadLetter: the error; EventLog: the message
 	Table    string
-	Position offsets.Position // the row's transaction end ("" in a chunk with More: see After)
-	After    offsets.Position
+	Position source.Position // the row's transaction end ("" in a chunk with More: see After)
+	After    source.Position
 	RowID    string     // the row's id column, if any
 	Level    slog.Level // EventLog
 	Args     []any      // EventLog
@@ -258,7 +257,7 @@ type Core struct {
 
 // New returns a core for one Run. stored is the position loaded from the store (ALO) or read
 // back from offsets.topic (EOS): where the first session opens.
-func New(cfg Config, stored offsets.Position) *Core {
+func New(cfg Config, stored source.Position) *Core {
 	cfg.defaults()
 	c := &Core{cfg: cfg}
 	switch cfg.Mode {
@@ -345,7 +344,7 @@ func (c *Core) Refused(now time.Time, id ID, err error) {
 
 // SaveResult (ALO) reports the Save of Ready.Save: err nil means p is durably stored;
 // cancelled means the save's context ended (a stop), which is not a storage failure.
-func (c *Core) SaveResult(p offsets.Position, err error, cancelled bool) {
+func (c *Core) SaveResult(p source.Position, err error, cancelled bool) {
 	if c.err != nil {
 		return
 	}
@@ -362,7 +361,7 @@ func (c *Core) ProducerReady(now time.Time, err error) {
 }
 
 // Loaded (EOS) reports ReadBack's result: the committed position read back.
-func (c *Core) Loaded(now time.Time, p offsets.Position, err error) {
+func (c *Core) Loaded(now time.Time, p source.Position, err error) {
 	c.eosStep(func(e *eosCore) { e.loaded(now, p, err) })
 }
 
@@ -461,7 +460,7 @@ func (c *Core) Advance() {
 
 // Stored is the durably stored position (ALO: saved; EOS: committed in offsets.topic): where a
 // reopened source starts.
-func (c *Core) Stored() offsets.Position {
+func (c *Core) Stored() source.Position {
 	if c.eos != nil {
 		return c.eos.storedPos()
 	}

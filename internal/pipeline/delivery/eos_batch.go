@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/source"
 )
@@ -52,12 +51,12 @@ type sent struct {
 }
 
 type batch struct {
-	start    offsets.Position // the committed position it follows
-	end      offsets.Position // end of its last whole transaction
-	txs      int              // whole transactions
-	chunked  bool             // a chunked transaction's batch of its own
-	n        int              // records (ordinals handed out)
-	bytes    int              // record bytes (rec.Size)
+	start    source.Position // the committed position it follows
+	end      source.Position // end of its last whole transaction
+	txs      int             // whole transactions
+	chunked  bool            // a chunked transaction's batch of its own
+	n        int             // records (ordinals handed out)
+	bytes    int             // record bytes (rec.Size)
 	firstRec time.Time
 	kept     []*item // retained: every item, for an in-memory redo; nil once spilled
 	spilled  bool
@@ -66,7 +65,7 @@ type batch struct {
 	due      bool // forced: the next chunk waits for it, or a stop
 	drop     bool // abort it: its transaction's last chunk never comes
 	redoTxs  int  // spilled redo: due after this many transactions (0: not a redo)
-	redoEnd  offsets.Position
+	redoEnd  source.Position
 
 	// the current attempt
 	begun     bool

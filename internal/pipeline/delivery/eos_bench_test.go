@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/source"
 )
@@ -18,16 +17,16 @@ func BenchmarkEOSCore(b *testing.B) {
 		Route: func(r *source.Row) (sink.Record, error) {
 			return sink.Record{Topic: "t", Key: r.Values[0].Bytes, Value: r.Values[1].Bytes}, nil
 		},
-		PositionRecord: func(p offsets.Position) sink.Record { return sink.Record{Topic: "offsets", Value: []byte(p)} },
+		PositionRecord: func(p source.Position) sink.Record { return sink.Record{Topic: "offsets", Value: []byte(p)} },
 		DeadLetter: func(rec sink.Record, _ *source.Row, _, _, _ string, _ Where, _ time.Time) sink.Record {
 			return rec
 		}}
 	c := New(cfg, "")
 	c.Open()
 	row := source.Row{Columns: []string{"id", "payload"}, Values: []source.Value{{Bytes: []byte("id")}, {Bytes: make([]byte, 300)}}}
-	pos := make([]offsets.Position, b.N)
+	pos := make([]source.Position, b.N)
 	for i := range pos {
-		pos[i] = offsets.Position(fmt.Sprintf("%012d", i+1))
+		pos[i] = source.Position(fmt.Sprintf("%012d", i+1))
 	}
 	now := time.Unix(1e6, 0)
 	var pending []ID

@@ -33,7 +33,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/source"
 )
 
@@ -70,14 +69,14 @@ const (
 type eosCore struct {
 	core      *Core
 	cfg       *Config
-	committed offsets.Position
-	confirmed offsets.Position
+	committed source.Position
+	confirmed source.Position
 
 	b     *batch
 	held  *source.Tx // a chunk that starts the next batch (the current one is due)
 	heldT time.Time
 	inTx  bool // the last accepted chunk had More: the next one continues its transaction
-	after offsets.Position
+	after source.Position
 
 	phase       eosPhase
 	then        afterAbort
@@ -104,13 +103,13 @@ type eosCore struct {
 
 type redoInfo struct {
 	txs      int
-	end      offsets.Position // "" when the batch failed before its last chunk
+	end      source.Position // "" when the batch failed before its last chunk
 	findings map[int]*finding
 	posSusp  bool
 	logged   map[int]bool
 }
 
-func newEOS(c *Core, stored offsets.Position) *eosCore {
+func newEOS(c *Core, stored source.Position) *eosCore {
 	return &eosCore{core: c, cfg: &c.cfg, committed: stored, confirmed: stored, sends: map[uint64]*sent{},
 		breaker: c.cfg.Breaker.Clone()}
 }
@@ -297,7 +296,7 @@ func (e *eosCore) commitResult(now time.Time, err error) {
 	e.pump(now)
 }
 
-func (e *eosCore) loaded(now time.Time, p offsets.Position, err error) {
+func (e *eosCore) loaded(now time.Time, p source.Position, err error) {
 	ph := e.phase
 	e.phase = phIdle
 	if err != nil {
@@ -388,7 +387,7 @@ func (e *eosCore) wakeAt() time.Time {
 	return t
 }
 
-func (e *eosCore) storedPos() offsets.Position { return e.committed }
+func (e *eosCore) storedPos() source.Position { return e.committed }
 
 func (e *eosCore) inflight() int {
 	if e.b == nil {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/source"
 )
@@ -28,7 +27,7 @@ var (
 )
 
 type mtx struct {
-	pos    offsets.Position
+	pos    source.Position
 	rows   []string // row ids
 	poison map[string]bool
 	bad    map[string]bool // the transform refuses it
@@ -56,7 +55,7 @@ type eosModel struct {
 
 	// Kafka
 	visible   []mrec
-	committed offsets.Position
+	committed source.Position
 	open      []mrec
 	pending   []pend
 	stale     []pend // sends of replaced producers
@@ -75,7 +74,7 @@ func newModel(t *testing.T, seed uint64) *eosModel {
 	m := &eosModel{t: t, rng: rand.New(rand.NewPCG(seed, 42)), rows: map[string]*mtx{}, now: time.Unix(1e6, 0)}
 	n := 1 + m.rng.IntN(8)
 	for i := range n {
-		tx := mtx{pos: offsets.Position(fmt.Sprintf("%04d", i+1)), poison: map[string]bool{}, bad: map[string]bool{}}
+		tx := mtx{pos: source.Position(fmt.Sprintf("%04d", i+1)), poison: map[string]bool{}, bad: map[string]bool{}}
 		rows := m.rng.IntN(4)
 		if m.rng.IntN(3) == 0 {
 			rows = 5 + m.rng.IntN(40) // a big one
@@ -115,7 +114,7 @@ func (m *eosModel) config(c *Config) {
 		return sink.Record{Topic: "t", Key: []byte(id), Value: r.Values[1].Bytes}, nil
 	}
 	c.Classify = func(err error) (bool, string) { return errors.Is(err, errPoison), "record_too_large" }
-	c.PositionRecord = func(p offsets.Position) sink.Record { return sink.Record{Topic: "offsets", Value: []byte(p)} }
+	c.PositionRecord = func(p source.Position) sink.Record { return sink.Record{Topic: "offsets", Value: []byte(p)} }
 	c.DeadLetter = func(rec sink.Record, row *source.Row, stage, reason, msg string, at Where, now time.Time) sink.Record {
 		return sink.Record{Topic: "dlq", Key: row.Values[0].Bytes}
 	}
@@ -144,7 +143,7 @@ func (m *eosModel) chunkAt() *source.Tx {
 }
 
 // reopen: the source opens again at from.
-func (m *eosModel) reopen(from offsets.Position) {
+func (m *eosModel) reopen(from source.Position) {
 	m.next, m.chunk, m.hold = 0, 0, nil
 	for m.next < len(m.txs) && from != "" && m.txs[m.next].pos <= from {
 		m.next++
@@ -185,16 +184,16 @@ func (m *eosModel) resolve(c *Core, n int) {
 func (m *eosModel) checkVisible(final bool) {
 	m.t.Helper()
 	ti, ri := 0, 0 // next expected tx, row
-	var lastPos offsets.Position
+	var lastPos source.Position
 	for i, r := range m.visible {
 		if r.topic == "offsets" {
-			for ti < len(m.txs) && ri == len(m.txs[ti].rows) && m.txs[ti].pos != offsets.Position(r.key) {
+			for ti < len(m.txs) && ri == len(m.txs[ti].rows) && m.txs[ti].pos != source.Position(r.key) {
 				ti, ri = ti+1, 0 // transactions without rows
 			}
-			if ti >= len(m.txs) || ri != len(m.txs[ti].rows) || m.txs[ti].pos != offsets.Position(r.key) {
+			if ti >= len(m.txs) || ri != len(m.txs[ti].rows) || m.txs[ti].pos != source.Position(r.key) {
 				m.t.Fatalf("visible[%d]: position %s does not end a whole source transaction (at tx %d row %d): %v", i, r.key, ti, ri, m.visible)
 			}
-			lastPos = offsets.Position(r.key)
+			lastPos = source.Position(r.key)
 			ti, ri = ti+1, 0
 			continue
 		}
@@ -380,7 +379,7 @@ func (m *eosModel) drive(c *Core, seed uint64) string {
 				if len(m.open) == 0 || m.open[len(m.open)-1].topic != "offsets" {
 					t.Fatalf("seed %d: a Kafka transaction without its position record: %v", seed, m.open)
 				}
-				m.committed = offsets.Position(m.open[len(m.open)-1].key)
+				m.committed = source.Position(m.open[len(m.open)-1].key)
 			}
 			if mode == 1 || mode == 2 {
 				err = errors.New("coordinator connection lost")

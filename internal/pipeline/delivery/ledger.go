@@ -3,7 +3,7 @@ package delivery
 import (
 	"fmt"
 
-	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 )
 
 // ledger is the save queue from the committed prefix to the stored and confirmed positions:
@@ -13,9 +13,9 @@ import (
 // covers since New).
 type ledger struct {
 	c                    *Core
-	committed            offsets.Position // newest resolved, closed prefix (may be unsaved)
-	saving, queued       offsets.Position // "" = none
-	stored, confirmed    offsets.Position
+	committed            source.Position // newest resolved, closed prefix (may be unsaved)
+	saving, queued       source.Position // "" = none
+	stored, confirmed    source.Position
 	committedSeq         uint64
 	savingSeq, queuedSeq uint64
 	storedSeq            uint64
@@ -24,7 +24,7 @@ type ledger struct {
 	broken               error  // an invariant broken at the moment it happened
 }
 
-func (l *ledger) init(c *Core, stored offsets.Position) {
+func (l *ledger) init(c *Core, stored source.Position) {
 	l.c, l.stored, l.confirmed, l.committed = c, stored, stored, stored
 }
 
@@ -48,7 +48,7 @@ func (l *ledger) scheduleSave() {
 	}
 }
 
-func (l *ledger) startSave(pos offsets.Position, seq uint64) {
+func (l *ledger) startSave(pos source.Position, seq uint64) {
 	if l.saving != "" || seq < l.lastSaveSeq {
 		l.broken = fmt.Errorf("save of %s (%d) started with %q in flight, or after a newer save (%d)", pos, seq, l.saving, l.lastSaveSeq)
 	}
@@ -57,7 +57,7 @@ func (l *ledger) startSave(pos offsets.Position, seq uint64) {
 }
 
 // saveResult: the save of p ended. Stored: confirm it, then save the queued position.
-func (a *alo) saveResult(p offsets.Position, err error, cancelled bool) {
+func (a *alo) saveResult(p source.Position, err error, cancelled bool) {
 	if a.saving == "" || p != a.saving {
 		a.c.fail(fmt.Errorf("delivery: SaveResult(%s) while saving %q", p, a.saving))
 		return

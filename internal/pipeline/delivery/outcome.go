@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/sink"
+	"github.com/outboxd/outboxd/source"
 )
 
 // outcome resolves a send: an ack resolves its record; a permanent error sends the record's
@@ -76,7 +76,7 @@ func (a *alo) deadLetter(now time.Time, f *flight, stage, reason string, cause e
 
 // bound is the position nothing is stored past while the row is unresolved: its transaction's
 // end, or (a chunk with More) the end of the transaction before it.
-func (w Where) bound() offsets.Position {
+func (w Where) bound() source.Position {
 	if w.Position != "" {
 		return w.Position
 	}

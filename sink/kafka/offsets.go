@@ -1,4 +1,4 @@
-package offsets
+package kafka
 
 import (
 	"bytes"
@@ -15,10 +15,10 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/outboxd/outboxd/sink"
-	"github.com/outboxd/outboxd/sink/kafka"
+	"github.com/outboxd/outboxd/source"
 )
 
-// KafkaStore keeps the position as a record in a compacted Kafka topic (offsets.topic): key =
+// OffsetStore keeps the position as a record in a compacted Kafka topic (offsets.topic): key =
 // the pipeline id, value = JSON {"position", "source", "updated"}. Many pipelines may share the
 // topic; each reads and writes only its own key.
 //
@@ -33,37 +33,37 @@ import (
 // The topic is created when absent with cleanup.policy=compact and 1 partition (replication:
 // the broker's default). An existing topic is used as it is; a key always maps to the same
 // partition (murmur2, like every other keyed record outboxd writes).
-type KafkaStore struct {
-	Kafka  kafka.Config // the kafka section (brokers, TLS, SASL, ...)
-	Topic  string       // offsets.topic
-	Key    string       // the pipeline id
-	Source string       // the source the position belongs to; another source's record is refused
+type OffsetStore struct {
+	Kafka  Config // the kafka section (brokers, TLS, SASL, ...)
+	Topic  string // offsets.topic
+	Key    string // the pipeline id
+	Source string // the source the position belongs to; another source's record is refused
 	Log    *slog.Logger
 
 	mu     sync.Mutex
 	client sarama.Client
-	prod   *kafka.Producer
+	prod   *Producer
 	parts  int32 // partitions of Topic, once known
 }
 
 type kafkaDoc struct {
-	Position Position  `json:"position"`
-	Source   string    `json:"source,omitempty"`
-	Updated  time.Time `json:"updated"`
+	Position source.Position `json:"position"`
+	Source   string          `json:"source,omitempty"`
+	Updated  time.Time       `json:"updated"`
 }
 
 // storeMetadataRetries bounds how long a metadata request of the store waits for an unreachable
 // cluster (about 5 x 500ms), so that Load fails with an error instead of hanging.
 const storeMetadataRetries = 5
 
-func (s *KafkaStore) log() *slog.Logger {
+func (s *OffsetStore) log() *slog.Logger {
 	if s.Log == nil {
 		return slog.New(slog.DiscardHandler)
 	}
 	return s.Log
 }
 
-func (s *KafkaStore) connect() (sarama.Client, error) {
+func (s *OffsetStore) connect() (sarama.Client, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.client != nil {
@@ -90,7 +90,7 @@ func (s *KafkaStore) connect() (sarama.Client, error) {
 
 // EnsureTopic creates offsets.topic when it does not exist (compacted, 1 partition) and returns
 // its partition count.
-func (s *KafkaStore) EnsureTopic(ctx context.Context) (int32, error) {
+func (s *OffsetStore) EnsureTopic(ctx context.Context) (int32, error) {
 	c, err := s.connect()
 	if err != nil {
 		return 0, err
@@ -132,7 +132,7 @@ func (s *KafkaStore) EnsureTopic(ctx context.Context) (int32, error) {
 }
 
 // partitions asks for the topic's partition count without creating it.
-func (s *KafkaStore) partitions(c sarama.Client) (int32, error) {
+func (s *OffsetStore) partitions(c sarama.Client) (int32, error) {
 	b := c.LeastLoadedBroker()
 	if b == nil {
 		return 0, sarama.ErrOutOfBrokers
@@ -159,7 +159,7 @@ func (s *KafkaStore) partitions(c sarama.Client) (int32, error) {
 	return 0, sarama.ErrUnknownTopicOrPartition
 }
 
-func (s *KafkaStore) create(c sarama.Client) error {
+func (s *OffsetStore) create(c sarama.Client) error {
 	// A client with full metadata knows the controller (the store's own asks for one topic).
 	sc := *c.Config()
 	sc.Metadata.Full = true
@@ -175,20 +175,20 @@ func (s *KafkaStore) create(c sarama.Client) error {
 
 // Record is the offsets record for p: what Save produces, and what the exactly-once pipeline
 // produces inside its Kafka transactions.
-func (s *KafkaStore) Record(p Position) sink.Record {
+func (s *OffsetStore) Record(p source.Position) sink.Record {
 	b, _ := json.Marshal(kafkaDoc{Position: p, Source: s.Source, Updated: time.Now().UTC()})
 	return sink.Record{Topic: s.Topic, Key: []byte(s.Key), Value: b}
 }
 
 // Load returns the last committed position of the key ("" when there is none), creating the
 // topic when it does not exist.
-func (s *KafkaStore) Load(ctx context.Context) (Position, error) {
+func (s *OffsetStore) Load(ctx context.Context) (source.Position, error) {
 	n, err := s.EnsureTopic(ctx)
 	if err != nil {
 		return "", err
 	}
 	c, _ := s.connect()
-	part := kafka.PartitionFor([]byte(s.Key), n)
+	part := PartitionFor([]byte(s.Key), n)
 	var lastErr error
 	for attempt := 0; attempt < 10; attempt++ {
 		if attempt > 0 {
@@ -229,7 +229,7 @@ func (e *corruptError) Error() string {
 }
 
 // read scans partition part from its start to its last stable offset, read_committed.
-func (s *KafkaStore) read(ctx context.Context, c sarama.Client, part int32) (doc kafkaDoc, found bool, err error) {
+func (s *OffsetStore) read(ctx context.Context, c sarama.Client, part int32) (doc kafkaDoc, found bool, err error) {
 	leader, err := c.Leader(s.Topic, part)
 	if err != nil {
 		return doc, false, err
@@ -412,7 +412,7 @@ const saveTimeout = 30 * time.Second
 
 // Save produces p with the idempotent producer and returns once Kafka acked it (acks=all).
 // Transient failures are retried until ctx ends, for at most 30 s.
-func (s *KafkaStore) Save(ctx context.Context, p Position) error {
+func (s *OffsetStore) Save(ctx context.Context, p source.Position) error {
 	ctx, cancel := context.WithTimeout(ctx, saveTimeout)
 	defer cancel()
 	if _, err := s.EnsureTopic(ctx); err != nil {
@@ -420,7 +420,7 @@ func (s *KafkaStore) Save(ctx context.Context, p Position) error {
 	}
 	s.mu.Lock()
 	if s.prod == nil {
-		prod, err := kafka.New(s.Kafka, s.log())
+		prod, err := New(s.Kafka, s.log())
 		if err != nil {
 			s.mu.Unlock()
 			return fmt.Errorf("offsets.topic %s: %w", s.Topic, err)
@@ -446,7 +446,7 @@ func (s *KafkaStore) Save(ctx context.Context, p Position) error {
 }
 
 // Close releases the store's connections. The store can be used again afterwards.
-func (s *KafkaStore) Close() error {
+func (s *OffsetStore) Close() error {
 	s.mu.Lock()
 	prod, c := s.prod, s.client
 	s.prod, s.client, s.parts = nil, nil, 0

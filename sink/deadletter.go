@@ -1,14 +1,12 @@
-package pipeline
+package sink
 
 import (
 	"time"
 
-	"github.com/outboxd/outboxd/offsets"
-	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/source"
 )
 
-// DLQ header names (../shared/spec/interface.md, "Dead-letter records").
+// Dead-letter header names (README.md, "Dead letters"; every dead letter carries the first seven).
 const (
 	HeaderReason         = "outboxd.error.reason"
 	HeaderMessage        = "outboxd.error.message"
@@ -31,25 +29,25 @@ const (
 // record as far as it could be built; when it has no key and no value (the transform failed),
 // the value is the row as a JSON object (RowJSON). The topic is left to the caller
 // (kafka.dlq_topic).
-func DeadLetter(rec sink.Record, row *source.Row, stage, reason, msg string, pos offsets.Position, now time.Time) sink.Record {
-	out := sink.Record{Key: rec.Key, Value: rec.Value}
+func DeadLetter(rec Record, row *source.Row, stage, reason, msg string, pos source.Position, now time.Time) Record {
+	out := Record{Key: rec.Key, Value: rec.Value}
 	if stage == "transform" && row != nil {
 		out.Value = RowJSON(row)
 	}
-	out.Headers = make([]sink.Header, 0, len(rec.Headers)+7)
+	out.Headers = make([]Header, 0, len(rec.Headers)+7)
 	out.Headers = append(out.Headers, rec.Headers...)
 	table := ""
 	if row != nil {
 		table = row.Table
 	}
 	out.Headers = append(out.Headers,
-		sink.Header{Key: HeaderReason, Value: []byte(reason)},
-		sink.Header{Key: HeaderMessage, Value: []byte(msg)},
-		sink.Header{Key: HeaderStage, Value: []byte(stage)},
-		sink.Header{Key: HeaderOriginalTopic, Value: []byte(rec.Topic)},
-		sink.Header{Key: HeaderSourceTable, Value: []byte(table)},
-		sink.Header{Key: HeaderSourcePosition, Value: []byte(pos)},
-		sink.Header{Key: HeaderErrorTime, Value: []byte(now.UTC().Format(time.RFC3339))},
+		Header{Key: HeaderReason, Value: []byte(reason)},
+		Header{Key: HeaderMessage, Value: []byte(msg)},
+		Header{Key: HeaderStage, Value: []byte(stage)},
+		Header{Key: HeaderOriginalTopic, Value: []byte(rec.Topic)},
+		Header{Key: HeaderSourceTable, Value: []byte(table)},
+		Header{Key: HeaderSourcePosition, Value: []byte(pos)},
+		Header{Key: HeaderErrorTime, Value: []byte(now.UTC().Format(time.RFC3339))},
 	)
 	return out
 }

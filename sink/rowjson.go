@@ -1,4 +1,4 @@
-package pipeline
+package sink
 
 import (
 	"encoding/base64"

@@ -1,4 +1,4 @@
-package pipeline
+package sink
 
 import (
 	"encoding/json"
@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/source"
 )
 
@@ -36,7 +35,7 @@ func TestRowJSONKeepsTheTextForm(t *testing.T) {
 	if string(got) != string(want) {
 		t.Fatalf("RowJSON = %s\nwant      %s", got, want)
 	}
-	dl := DeadLetter(sink.Record{}, row, "transform", "missing_column", "m", "0/1", time.Unix(0, 0))
+	dl := DeadLetter(Record{}, row, "transform", "missing_column", "m", "0/1", time.Unix(0, 0))
 	if string(dl.Value) != string(want) {
 		t.Fatalf("DeadLetter value = %s, want %s", dl.Value, want)
 	}
@@ -61,7 +60,7 @@ func TestRowJSONMarksBytes(t *testing.T) {
 		t.Fatalf("RowJSON = %s", v)
 	}
 	// The produce stage keeps the original record's bytes untouched.
-	dl := DeadLetter(sink.Record{Key: []byte("k"), Value: blob}, row, "produce", "record_too_large", "m", "0/1", time.Unix(0, 0))
+	dl := DeadLetter(Record{Key: []byte("k"), Value: blob}, row, "produce", "record_too_large", "m", "0/1", time.Unix(0, 0))
 	if string(dl.Value) != string(blob) {
 		t.Fatalf("produce-stage value %q", dl.Value)
 	}

@@ -1,4 +1,4 @@
-package offsets
+package kafka
 
 import (
 	"context"
@@ -13,22 +13,22 @@ import (
 
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/sink"
-	"github.com/outboxd/outboxd/sink/kafka"
+	"github.com/outboxd/outboxd/source"
 )
 
-func testKafka(addr string) kafka.Config {
-	return kafka.Config{Brokers: []string{addr}, RetryBackoffMin: 20 * time.Millisecond, RetryBackoffMax: 200 * time.Millisecond}
+func testKafka(addr string) Config {
+	return Config{Brokers: []string{addr}, RetryBackoffMin: 20 * time.Millisecond, RetryBackoffMax: 200 * time.Millisecond}
 }
 
-func newKafkaStore(t *testing.T, addr, key string) *KafkaStore {
+func newOffsetStore(t *testing.T, addr, key string) *OffsetStore {
 	t.Helper()
-	s := &KafkaStore{Kafka: testKafka(addr), Topic: "outboxd.offsets", Key: key, Source: "postgres:" + key,
+	s := &OffsetStore{Kafka: testKafka(addr), Topic: "outboxd.offsets", Key: key, Source: "postgres:" + key,
 		Log: slog.New(slog.NewTextHandler(t.Output(), nil))}
 	t.Cleanup(func() { s.Close() })
 	return s
 }
 
-func mustLoad(t *testing.T, s *KafkaStore) Position {
+func mustLoad(t *testing.T, s *OffsetStore) source.Position {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -64,25 +64,25 @@ func topicConfig(t *testing.T, addr, topic string) (partitions int, policy strin
 	return len(md[0].Partitions), policy
 }
 
-func TestKafkaStoreSaveLoad(t *testing.T) {
+func TestOffsetStoreSaveLoad(t *testing.T) {
 	b := testenv.NewBroker(t)
 	ctx := context.Background()
-	s := newKafkaStore(t, b.Addr(), "pipe-a")
+	s := newOffsetStore(t, b.Addr(), "pipe-a")
 	if p := mustLoad(t, s); p != "" {
 		t.Fatalf("empty topic: %q", p)
 	}
 	if n, policy := topicConfig(t, b.Addr(), "outboxd.offsets"); n != 1 || policy != "compact" {
 		t.Fatalf("created topic has %d partitions, cleanup.policy %q; want 1, compact", n, policy)
 	}
-	other := newKafkaStore(t, b.Addr(), "pipe-b")
-	for i, p := range []Position{"0/16B3748", "0/16B3800", "1/0"} {
+	other := newOffsetStore(t, b.Addr(), "pipe-b")
+	for i, p := range []source.Position{"0/16B3748", "0/16B3800", "1/0"} {
 		if err := s.Save(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		if err := other.Save(ctx, Position(fmt.Sprintf("9/%d", i))); err != nil {
+		if err := other.Save(ctx, source.Position(fmt.Sprintf("9/%d", i))); err != nil {
 			t.Fatal(err)
 		}
-		if got := mustLoad(t, newKafkaStore(t, b.Addr(), "pipe-a")); got != p {
+		if got := mustLoad(t, newOffsetStore(t, b.Addr(), "pipe-a")); got != p {
 			t.Fatalf("load = %q, want %q", got, p)
 		}
 	}
@@ -91,22 +91,22 @@ func TestKafkaStoreSaveLoad(t *testing.T) {
 	}
 	// Compaction keeps the last value per key.
 	b.Cluster().Compact()
-	if got := mustLoad(t, newKafkaStore(t, b.Addr(), "pipe-a")); got != "1/0" {
+	if got := mustLoad(t, newOffsetStore(t, b.Addr(), "pipe-a")); got != "1/0" {
 		t.Fatalf("after compaction: %q", got)
 	}
 	// Another source's record under the same key is refused.
-	wrong := newKafkaStore(t, b.Addr(), "pipe-a")
+	wrong := newOffsetStore(t, b.Addr(), "pipe-a")
 	wrong.Source = "mysql:4242"
 	if _, err := wrong.Load(ctx); err == nil || !strings.Contains(err.Error(), "belongs to source") {
 		t.Fatalf("another source's position accepted: %v", err)
 	}
 }
 
-func TestKafkaStoreCorruptRecord(t *testing.T) {
+func TestOffsetStoreCorruptRecord(t *testing.T) {
 	b := testenv.NewBroker(t)
-	s := newKafkaStore(t, b.Addr(), "pipe-c")
+	s := newOffsetStore(t, b.Addr(), "pipe-c")
 	mustLoad(t, s)
-	p, err := kafka.New(testKafka(b.Addr()), nil)
+	p, err := New(testKafka(b.Addr()), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,24 +116,24 @@ func TestKafkaStoreCorruptRecord(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if _, err := newKafkaStore(t, b.Addr(), "pipe-c").Load(context.Background()); err == nil || !strings.Contains(err.Error(), "not a position document") {
+	if _, err := newOffsetStore(t, b.Addr(), "pipe-c").Load(context.Background()); err == nil || !strings.Contains(err.Error(), "not a position document") {
 		t.Fatalf("corrupt record accepted: %v", err)
 	}
 }
 
-// TestKafkaStoreReadCommitted writes positions in Kafka transactions: committed ones are
+// TestOffsetStoreReadCommitted writes positions in Kafka transactions: committed ones are
 // loaded, aborted ones and the one of a transaction still open are not.
-func TestKafkaStoreReadCommitted(t *testing.T) {
+func TestOffsetStoreReadCommitted(t *testing.T) {
 	b := testenv.NewBroker(t)
 	ctx := context.Background()
-	s := newKafkaStore(t, b.Addr(), "pipe-t")
+	s := newOffsetStore(t, b.Addr(), "pipe-t")
 	mustLoad(t, s) // creates the topic
-	tp, err := kafka.NewTxn(testKafka(b.Addr()), kafka.TxnOptions{ID: "outboxd-pipe-t"}, nil)
+	tp, err := NewTxn(testKafka(b.Addr()), TxnOptions{ID: "outboxd-pipe-t"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tp.Close()
-	write := func(p Position, commit bool) {
+	write := func(p source.Position, commit bool) {
 		t.Helper()
 		if err := tp.Begin(); err != nil {
 			t.Fatal(err)
@@ -160,13 +160,13 @@ func TestKafkaStoreReadCommitted(t *testing.T) {
 	}
 	write("0/10", true)
 	write("0/20", false)
-	if got := mustLoad(t, newKafkaStore(t, b.Addr(), "pipe-t")); got != "0/10" {
+	if got := mustLoad(t, newOffsetStore(t, b.Addr(), "pipe-t")); got != "0/10" {
 		t.Fatalf("after an aborted transaction: %q, want 0/10", got)
 	}
 	write("0/30", true)
 	write("0/40", false)
 	write("0/50", false)
-	if got := mustLoad(t, newKafkaStore(t, b.Addr(), "pipe-t")); got != "0/30" {
+	if got := mustLoad(t, newOffsetStore(t, b.Addr(), "pipe-t")); got != "0/30" {
 		t.Fatalf("after aborted transactions: %q, want 0/30", got)
 	}
 	// An open transaction: its position is not committed.
@@ -181,7 +181,7 @@ func TestKafkaStoreReadCommitted(t *testing.T) {
 	}
 	// A position committed by another producer after the open transaction began is held back
 	// by it (last stable offset): Load waits for the open transaction instead of missing it.
-	other, err := kafka.NewTxn(testKafka(b.Addr()), kafka.TxnOptions{ID: "outboxd-other"}, nil)
+	other, err := NewTxn(testKafka(b.Addr()), TxnOptions{ID: "outboxd-other"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,11 +198,11 @@ func TestKafkaStoreReadCommitted(t *testing.T) {
 		t.Fatal(err)
 	}
 	type result struct {
-		p   Position
+		p   source.Position
 		err error
 	}
 	loaded := make(chan result, 1)
-	waiter := newKafkaStore(t, b.Addr(), "pipe-t")
+	waiter := newOffsetStore(t, b.Addr(), "pipe-t")
 	go func() {
 		p, err := waiter.Load(ctx)
 		loaded <- result{p, err}
@@ -225,28 +225,28 @@ func TestKafkaStoreReadCommitted(t *testing.T) {
 	rec = s.Record("0/70")
 	tp.Produce(ctx, &rec, func(err error) { done <- err })
 	<-done
-	tp2, err := kafka.NewTxn(testKafka(b.Addr()), kafka.TxnOptions{ID: "outboxd-pipe-t"}, nil)
+	tp2, err := NewTxn(testKafka(b.Addr()), TxnOptions{ID: "outboxd-pipe-t"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tp2.Close()
-	if got := mustLoad(t, newKafkaStore(t, b.Addr(), "pipe-t")); got != "0/55" {
+	if got := mustLoad(t, newOffsetStore(t, b.Addr(), "pipe-t")); got != "0/55" {
 		t.Fatalf("after fencing the open transaction: %q, want 0/55", got)
 	}
-	if err := tp.Commit(); !kafka.IsFenced(err) {
+	if err := tp.Commit(); !IsFenced(err) {
 		t.Fatalf("the fenced producer's commit: %v", err)
 	}
-	if got := mustLoad(t, newKafkaStore(t, b.Addr(), "pipe-t")); got != "0/55" {
+	if got := mustLoad(t, newOffsetStore(t, b.Addr(), "pipe-t")); got != "0/55" {
 		t.Fatalf("after the fenced commit: %q, want 0/55", got)
 	}
 }
 
-// TestKafkaStoreExistingTopic: a topic created by someone else with several partitions is used
+// TestOffsetStoreExistingTopic: a topic created by someone else with several partitions is used
 // as it is; every key stays on its murmur2 partition.
-func TestKafkaStoreExistingTopic(t *testing.T) {
+func TestOffsetStoreExistingTopic(t *testing.T) {
 	b := testenv.NewBroker(t, kfake.DefaultNumPartitions(5))
 	ctx := context.Background()
-	prod, err := kafka.New(testKafka(b.Addr()), nil)
+	prod, err := New(testKafka(b.Addr()), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,17 +258,17 @@ func TestKafkaStoreExistingTopic(t *testing.T) {
 	prod.Close()
 	for i := 0; i < 8; i++ {
 		key := fmt.Sprintf("pipeline-%d", i)
-		s := newKafkaStore(t, b.Addr(), key)
+		s := newOffsetStore(t, b.Addr(), key)
 		s.Topic = "shared.offsets"
-		if err := s.Save(ctx, Position(fmt.Sprintf("0/%d", i+1))); err != nil {
+		if err := s.Save(ctx, source.Position(fmt.Sprintf("0/%d", i+1))); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := 0; i < 8; i++ {
 		key := fmt.Sprintf("pipeline-%d", i)
-		s := newKafkaStore(t, b.Addr(), key)
+		s := newOffsetStore(t, b.Addr(), key)
 		s.Topic = "shared.offsets"
-		if got := mustLoad(t, s); got != Position(fmt.Sprintf("0/%d", i+1)) {
+		if got := mustLoad(t, s); got != source.Position(fmt.Sprintf("0/%d", i+1)) {
 			t.Fatalf("%s: %q", key, got)
 		}
 	}
@@ -277,9 +277,9 @@ func TestKafkaStoreExistingTopic(t *testing.T) {
 	}
 }
 
-func TestKafkaStoreUnreachable(t *testing.T) {
+func TestOffsetStoreUnreachable(t *testing.T) {
 	port, _ := testenv.FreePort()
-	s := &KafkaStore{Kafka: testKafka(fmt.Sprintf("127.0.0.1:%d", port)), Topic: "outboxd.offsets", Key: "k"}
+	s := &OffsetStore{Kafka: testKafka(fmt.Sprintf("127.0.0.1:%d", port)), Topic: "outboxd.offsets", Key: "k"}
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
