@@ -60,4 +60,4 @@ func TestConnectPostgresOutbox(t *testing.T) {
 	}
 }
 
-// The MariaDB connector's harness is exercised by cmd/outboxd's TestDebeziumByteForByteMariaDB.
+// The MariaDB connector's harness is exercised by test/e2e's TestDebeziumByteForByteMariaDB.

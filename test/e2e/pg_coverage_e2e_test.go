@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // Publication coverage (issue 11, PostgreSQL cases 2-5 and 18): a publication that does not
 // stream every outbox row whole is refused by check and run; a change to it while running stops

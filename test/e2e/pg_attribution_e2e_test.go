@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // PostgreSQL row attribution, black-box (issue 11, cases 1 and 4): a partitioned outbox table, an
 // INHERITS child of it, and the outbox table renamed (and replaced) while outboxd runs.

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // MySQL/MariaDB positions that cannot lie (issue 11, cases 10 and 11): a run without a stored
 // position needs source.mysql.start, and a stored position that does not belong to the

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -29,9 +29,9 @@ func TestMain(m *testing.M) {
 	binPath = filepath.Join(dir, "outboxd")
 	if old := os.Getenv("OUTBOXD_TEST_BIN"); old != "" {
 		// Run the e2e tests against another build (e.g. an older commit, to show a new test
-		// fails there): OUTBOXD_TEST_BIN=/path/to/outboxd go test ./cmd/outboxd -run X.
+		// fails there): OUTBOXD_TEST_BIN=/path/to/outboxd go test ./test/e2e -run X.
 		binPath = old
-	} else if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
+	} else if out, err := exec.Command("go", "build", "-o", binPath, "github.com/outboxd/outboxd/cmd/outboxd").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build outboxd: %v\n%s", err, out)
 		os.Exit(1)
 	}
