@@ -8,10 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/backoff"
 	"github.com/outboxd/outboxd/source"
 )
 
@@ -109,7 +109,7 @@ func (b *readBudget) free(n, size int) {
 // before returning a source error.
 func runSessions(ctx context.Context, newSource func() source.Source, onOpen func(), log *slog.Logger, setSrc func(source.Source),
 	pos func() source.Position, stream func(context.Context) (srcErr, fatal error), drained string) error {
-	backoff := newBackoff(500*time.Millisecond, 30*time.Second)
+	retry := backoff.Backoff{Policy: backoff.Policy{Min: 500 * time.Millisecond, Max: 30 * time.Second}}
 	first := true
 	for {
 		src := newSource()
@@ -122,7 +122,7 @@ func runSessions(ctx context.Context, newSource func() source.Source, onOpen fun
 			if first || errors.Is(err, source.ErrPositionLost) {
 				return fmt.Errorf("open source at position %q: %w", pos(), err)
 			}
-			d := backoff.next()
+			d := backoff.Jitter(retry.Next())
 			log.Warn("source unavailable, retrying", "err", err, "in", d)
 			if !sleep(ctx, d) {
 				return nil
@@ -145,28 +145,12 @@ func runSessions(ctx context.Context, newSource func() source.Source, onOpen fun
 		if errors.Is(srcErr, source.ErrPositionLost) {
 			return srcErr
 		}
-		d := backoff.next()
+		d := backoff.Jitter(retry.Next())
 		log.Warn("source failed; "+drained+", reconnecting", "err", srcErr, "in", d, "position", string(pos()))
 		if !sleep(ctx, d) {
 			return nil
 		}
 	}
-}
-
-type backoff struct {
-	min, max, cur time.Duration
-}
-
-func newBackoff(min, max time.Duration) *backoff { return &backoff{min: min, max: max} }
-
-// next returns a capped exponential delay with full jitter in [cur/2, cur].
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else if b.cur *= 2; b.cur > b.max {
-		b.cur = b.max
-	}
-	return b.cur/2 + time.Duration(rand.Int64N(int64(b.cur/2)+1))
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

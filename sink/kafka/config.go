@@ -7,13 +7,14 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/outboxd/outboxd/internal/backoff"
 )
 
 // Defaults applied by New to zero-valued Config fields.
@@ -180,15 +181,7 @@ type control struct {
 // backoff is capped exponential backoff with "equal jitter": attempt 0 waits in
 // [min/2, min], each further attempt doubles that, up to [max/2, max].
 func (c *control) backoff(attempt int) time.Duration {
-	d := c.min
-	for i := 0; i < attempt && d < c.max; i++ {
-		d *= 2
-	}
-	if d > c.max || d <= 0 {
-		d = c.max
-	}
-	half := d / 2
-	return half + rand.N(d-half+1)
+	return backoff.Jitter(backoff.Policy{Min: c.min, Max: c.max}.Attempt(attempt))
 }
 
 // producerBackoff is sarama's Producer.Retry.BackoffFunc (retries counts from 1).

@@ -37,11 +37,15 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/replication"
 
+	"github.com/outboxd/outboxd/internal/backoff"
 	"github.com/outboxd/outboxd/source"
 )
 
 // ErrClosed is returned by Next after Close.
 var ErrClosed = errors.New("mysql source closed")
+
+// reconnectBackoff spaces the binlog reconnect attempts after a lost connection.
+var reconnectBackoff = backoff.Policy{Min: 200 * time.Millisecond, Max: 5 * time.Second}
 
 // Source is a binlog source. It implements source.Source; see that contract. Specific here:
 //
@@ -333,7 +337,7 @@ func (s *Source) recover(ctx context.Context, streamErr error) error {
 	}
 	s.log.Warn("binlog connection lost; reconnecting from the last transaction boundary", "error", streamErr.Error(), "from", resume.String())
 	deadline := time.Now().Add(s.cfg.ReconnectTimeout)
-	backoff := 200 * time.Millisecond
+	backoff := reconnectBackoff.Next(0)
 	for {
 		s.closeSyncer()
 		s.asm.dropPartial()
@@ -359,7 +363,7 @@ func (s *Source) recover(ctx context.Context, streamErr error) error {
 			return ctx.Err()
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 5*time.Second)
+		backoff = reconnectBackoff.Next(backoff)
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/outboxd/outboxd/internal/backoff"
 )
 
 // tripped feeds the batch's records, in order, to a trial copy of the DLQ breaker.
@@ -117,11 +119,7 @@ func (e *eosCore) shutdownErr(what string) error {
 }
 
 func (e *eosCore) nextBackoff() time.Duration {
-	if e.backoffCur == 0 {
-		e.backoffCur = e.cfg.RetryMin
-	} else if e.backoffCur *= 2; e.backoffCur > e.cfg.RetryMax {
-		e.backoffCur = e.cfg.RetryMax
-	}
+	e.backoffCur = backoff.Policy{Min: e.cfg.RetryMin, Max: e.cfg.RetryMax}.Next(e.backoffCur)
 	return e.backoffCur
 }
 
