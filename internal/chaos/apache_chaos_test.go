@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 // apachePlan sizes TestApacheChaos. Short mode (the default, CI) keeps all scenarios within
@@ -157,11 +158,11 @@ func leaderKill(t *testing.T, c *testenv.ApacheCluster, p apachePlan, eos bool) 
 	w := startWriter(f.db, p.pause)
 	sm := startStallMeter(addr)
 	topic := prefix + ".outbox.event.order"
-	waitFor(t, time.Minute, topic+" has a leader", func() bool { proc.mustBeRunning(t); _, err := c.Leader(topic, 0); return err == nil })
+	harness.WaitFor(t, time.Minute, topic+" has a leader", func() bool { proc.MustBeRunning(t); _, err := c.Leader(topic, 0); return err == nil })
 	var rejoin time.Duration
 	for i := 0; i < p.leaderKills; i++ {
 		sleepBetween(time.Second, 3*time.Second)
-		proc.mustBeRunning(t)
+		proc.MustBeRunning(t)
 		id, err := c.Leader(topic, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -173,12 +174,12 @@ func leaderKill(t *testing.T, c *testenv.ApacheCluster, p apachePlan, eos bool) 
 		rejoin = max(rejoin, waitISR(t, c, 2*time.Minute))
 	}
 	time.Sleep(2 * time.Second)
-	proc.mustBeRunning(t)
+	proc.MustBeRunning(t)
 	apacheFinish(t, f, c, w, sm, p, apacheResult{scenario: "SIGKILL the leader of an outbox partition", delivery: deliveryName(eos),
 		faults: fmt.Sprintf("%d leader SIGKILLs + restarts", p.leaderKills), note: fmt.Sprintf("slowest ISR rejoin %s", rejoin.Round(100*time.Millisecond))},
 		started, prefix+".dlq")
-	if code := proc.term(); code != 0 {
-		t.Errorf("SIGTERM exit %d; output:\n%s", code, tail(proc.out.String(), 40))
+	if code := proc.Term(); code != 0 {
+		t.Errorf("SIGTERM exit %d; output:\n%s", code, harness.Tail(proc.Out.String(), 40))
 	}
 }
 
@@ -197,11 +198,11 @@ func noQuorum(t *testing.T, c *testenv.ApacheCluster, p apachePlan, eos bool) {
 	f.waitStreaming(proc)
 	w := startWriter(f.db, p.pause)
 	sm := startStallMeter(addr)
-	waitFor(t, time.Minute, "first records acked", func() bool { proc.mustBeRunning(t); v, _ := produced(addr); return v > 0 })
+	harness.WaitFor(t, time.Minute, "first records acked", func() bool { proc.MustBeRunning(t); v, _ := produced(addr); return v > 0 })
 	time.Sleep(3 * time.Second)
 	x, y := c.Node(1), c.Node(2)
 	x.Kill()
-	waitFor(t, time.Minute, "node 1 out of every ISR", func() bool { return notInISR(c, 1) })
+	harness.WaitFor(t, time.Minute, "node 1 out of every ISR", func() bool { return notInISR(c, 1) })
 	y.Stop()
 	down := time.Now()
 	t.Logf("nodes 1 (SIGKILL) and 2 (SIGTERM) down; node 3 alone, no controller quorum")
@@ -211,7 +212,7 @@ func noQuorum(t *testing.T, c *testenv.ApacheCluster, p apachePlan, eos bool) {
 		t.Fatalf("outboxd's /metrics does not answer during the outage")
 	}
 	time.Sleep(p.outage - time.Since(down))
-	proc.mustBeRunning(t)
+	proc.MustBeRunning(t)
 	after, _ := produced(addr)
 	if after != before {
 		t.Errorf("outboxd acked %v records with only one broker of three in the ISR (min.insync.replicas 2)", after-before)
@@ -222,20 +223,20 @@ func noQuorum(t *testing.T, c *testenv.ApacheCluster, p apachePlan, eos bool) {
 	if refused == 0 {
 		t.Errorf("node 3 logged no NotEnoughReplicasException for %s topics during the outage", prefix)
 	}
-	if !eos && !strings.Contains(proc.out.String(), "no acknowledgement from Kafka") {
+	if !eos && !strings.Contains(proc.Out.String(), "no acknowledgement from Kafka") {
 		// The producer retries inside sarama; without the pipeline's stall warning the outage
 		// would pass without a log line.
-		t.Errorf("outboxd logged no stall warning during a %s outage; output:\n%s", p.outage, tail(proc.out.String(), 20))
+		t.Errorf("outboxd logged no stall warning during a %s outage; output:\n%s", p.outage, harness.Tail(proc.Out.String(), 20))
 	}
 	startNodes(t, x, y)
 	waitISR(t, c, 2*time.Minute)
 	time.Sleep(2 * time.Second)
-	proc.mustBeRunning(t)
+	proc.MustBeRunning(t)
 	apacheFinish(t, f, c, w, sm, p, apacheResult{scenario: "two of three brokers down (no ISR quorum, no controller quorum)", delivery: deliveryName(eos),
 		faults: fmt.Sprintf("%s outage", p.outage), note: fmt.Sprintf("0 records acked while down; the survivor refused %d appends with NOT_ENOUGH_REPLICAS", refused)},
 		started, prefix+".dlq")
-	if code := proc.term(); code != 0 {
-		t.Errorf("SIGTERM exit %d; output:\n%s", code, tail(proc.out.String(), 40))
+	if code := proc.Term(); code != 0 {
+		t.Errorf("SIGTERM exit %d; output:\n%s", code, harness.Tail(proc.Out.String(), 40))
 	}
 }
 
@@ -256,7 +257,7 @@ func rollingRestart(t *testing.T, c *testenv.ApacheCluster, p apachePlan, eos bo
 	for pass := 0; pass < p.rollingPasses; pass++ {
 		for _, k := range c.Nodes {
 			sleepBetween(time.Second, 2*time.Second)
-			proc.mustBeRunning(t)
+			proc.MustBeRunning(t)
 			k.Stop()
 			t.Logf("pass %d: node %d stopped (SIGTERM)", pass+1, k.NodeID)
 			startNodes(t, k)
@@ -264,11 +265,11 @@ func rollingRestart(t *testing.T, c *testenv.ApacheCluster, p apachePlan, eos bo
 		}
 	}
 	time.Sleep(2 * time.Second)
-	proc.mustBeRunning(t)
+	proc.MustBeRunning(t)
 	apacheFinish(t, f, c, w, sm, p, apacheResult{scenario: "rolling restart of all three brokers", delivery: deliveryName(eos),
 		faults: fmt.Sprintf("%d × 3 broker SIGTERM + restarts", p.rollingPasses), note: fmt.Sprintf("slowest ISR rejoin %s", rejoin.Round(100*time.Millisecond))},
 		started, prefix+".dlq")
-	if code := proc.term(); code != 0 {
-		t.Errorf("SIGTERM exit %d; output:\n%s", code, tail(proc.out.String(), 40))
+	if code := proc.Term(); code != 0 {
+		t.Errorf("SIGTERM exit %d; output:\n%s", code, harness.Tail(proc.Out.String(), 40))
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 	"github.com/outboxd/outboxd/sink/kafka"
 	"github.com/outboxd/outboxd/source"
 )
@@ -114,53 +115,53 @@ func zombie(t *testing.T, c *testenv.ApacheCluster, p apachePlan) {
 	f.waitStreaming(a)
 	w := startWriter(f.db, p.pause)
 	sm := startStallMeter(addrA, addrB)
-	waitFor(t, time.Minute, "a delivers", func() bool { a.mustBeRunning(t); v, _ := produced(addrA); return v > 200 })
+	harness.WaitFor(t, time.Minute, "a delivers", func() bool { a.MustBeRunning(t); v, _ := produced(addrA); return v > 200 })
 	za := firstProducer(t, f)
-	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := a.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	frozen := time.Now()
-	t.Cleanup(func() { a.cmd.Process.Signal(syscall.SIGCONT) })
+	t.Cleanup(func() { a.Cmd.Process.Signal(syscall.SIGCONT) })
 	t.Logf("a (producer id %d epoch %d) frozen with SIGSTOP", za.id, za.epoch)
 	b := startProc(t, "b", f.config("b", addrB, ""), f.dir)
-	waitFor(t, 2*time.Minute, "b takes over and delivers", func() bool {
-		b.mustBeRunning(t)
+	harness.WaitFor(t, 2*time.Minute, "b takes over and delivers", func() bool {
+		b.MustBeRunning(t)
 		v, _ := produced(addrB)
 		return v > 200
 	})
 	takeover := time.Since(frozen)
 	t.Logf("b delivering %v after the freeze", takeover.Round(100*time.Millisecond))
 	time.Sleep(2 * time.Second)
-	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := a.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	cont := time.Now()
 	t.Logf("a continued (SIGCONT)")
 	select {
-	case <-a.done:
+	case <-a.Done:
 	case <-time.After(90 * time.Second):
-		t.Fatalf("the zombie still runs 90s after SIGCONT:\n%s", tail(a.out.String(), 40))
+		t.Fatalf("the zombie still runs 90s after SIGCONT:\n%s", harness.Tail(a.Out.String(), 40))
 	}
 	exited := time.Since(cont)
-	out := a.out.String()
+	out := a.Out.String()
 	msg := fmt.Sprintf(`producer fenced: another producer initialised transactional id \"%s-txn\" (kafka.transactional_id)`, prefix)
-	if a.code != 1 || !strings.Contains(out, msg) {
-		t.Errorf("the zombie exited %d, want 1 with %q; output:\n%s", a.code, msg, tail(out, 40))
+	if a.Code != 1 || !strings.Contains(out, msg) {
+		t.Errorf("the zombie exited %d, want 1 with %q; output:\n%s", a.Code, msg, harness.Tail(out, 40))
 	} else {
 		t.Logf("the zombie exited 1: %s", strings.TrimSpace(out[strings.LastIndex(out, "level=ERROR"):]))
 	}
 	time.Sleep(2 * time.Second)
-	b.mustBeRunning(t)
+	b.MustBeRunning(t)
 	r := apacheResult{scenario: "zombie: SIGSTOP the active instance, a second one takes over, SIGCONT", delivery: "exactly_once",
 		faults: "1 SIGSTOP + SIGCONT",
-		note:   fmt.Sprintf("b delivering %s after the freeze; zombie exit %d %s after SIGCONT", takeover.Round(100*time.Millisecond), a.code, exited.Round(100*time.Millisecond))}
+		note:   fmt.Sprintf("b delivering %s after the freeze; zombie exit %d %s after SIGCONT", takeover.Round(100*time.Millisecond), a.Code, exited.Round(100*time.Millisecond))}
 	apacheFinish(t, f, c, w, sm, p, r, started, prefix+".dlq")
 	_, recs := deliverAll(t, f, time.Minute)
 	if n := zombieWrites(recs, za); n > 0 {
 		t.Errorf("%d records of the zombie's producer (id %d epoch %d) are visible after the takeover's first record", n, za.id, za.epoch)
 	}
-	if code := b.term(); code != 0 {
-		t.Errorf("SIGTERM exit %d; output:\n%s", code, tail(b.out.String(), 40))
+	if code := b.Term(); code != 0 {
+		t.Errorf("SIGTERM exit %d; output:\n%s", code, harness.Tail(b.Out.String(), 40))
 	}
 }
 
@@ -202,10 +203,10 @@ func kafkaOffsetsRestart(t *testing.T, c *testenv.ApacheCluster, p apachePlan) {
 	w := startWriter(f.db, p.pause)
 	sm := startStallMeter(addr)
 	otopic := prefix + ".offsets"
-	waitFor(t, time.Minute, otopic+" has a leader", func() bool { proc.mustBeRunning(t); _, err := c.Leader(otopic, 0); return err == nil })
+	harness.WaitFor(t, time.Minute, otopic+" has a leader", func() bool { proc.MustBeRunning(t); _, err := c.Leader(otopic, 0); return err == nil })
 	for i := 0; i < p.offsetKills; i++ {
 		sleepBetween(time.Second, 3*time.Second)
-		proc.mustBeRunning(t)
+		proc.MustBeRunning(t)
 		id, err := c.Leader(otopic, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -219,8 +220,8 @@ func kafkaOffsetsRestart(t *testing.T, c *testenv.ApacheCluster, p apachePlan) {
 	w.stop()
 	_, before := deliverAll(t, f, p.settle)
 	stall := sm.stop() // the deliberate stop below is no stall
-	if code := proc.term(); code != 0 {
-		t.Fatalf("SIGTERM exit %d; output:\n%s", code, tail(proc.out.String(), 40))
+	if code := proc.Term(); code != 0 {
+		t.Fatalf("SIGTERM exit %d; output:\n%s", code, harness.Tail(proc.Out.String(), 40))
 	}
 	last, saves := storedPosition(t, c, otopic, prefix)
 	if last == "" {
@@ -245,7 +246,7 @@ func kafkaOffsetsRestart(t *testing.T, c *testenv.ApacheCluster, p apachePlan) {
 	}
 	proc = startProc(t, "a", cfg, f.dir)
 	resume := "msg=\"resuming from stored position\" position=" + string(last)
-	waitFor(t, time.Minute, "the resume log line", func() bool { proc.mustBeRunning(t); return strings.Contains(proc.out.String(), resume) })
+	harness.WaitFor(t, time.Minute, "the resume log line", func() bool { proc.MustBeRunning(t); return strings.Contains(proc.Out.String(), resume) })
 	w = startWriter(f.db, p.pause)
 	sm = startStallMeter(addr)
 	time.Sleep(3 * time.Second)
@@ -267,7 +268,7 @@ func kafkaOffsetsRestart(t *testing.T, c *testenv.ApacheCluster, p apachePlan) {
 	if again > 0 {
 		t.Errorf("%d records delivered before the stop were delivered again after the restart: the resume position is older than the last stored one", again)
 	}
-	if code := proc.term(); code != 0 {
-		t.Errorf("SIGTERM exit %d; output:\n%s", code, tail(proc.out.String(), 40))
+	if code := proc.Term(); code != 0 {
+		t.Errorf("SIGTERM exit %d; output:\n%s", code, harness.Tail(proc.Out.String(), 40))
 	}
 }

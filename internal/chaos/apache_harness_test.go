@@ -24,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 // newApacheFixture is a PostgreSQL fixture whose outboxd delivers to cluster c under names
@@ -198,7 +199,7 @@ type stallMeter struct {
 var producedRE = regexp.MustCompile(`(?m)^outboxd_events_produced_total\{[^}]*\} ([0-9.e+]+)$`)
 
 func produced(addr string) (float64, bool) {
-	m := metricsText(addr)
+	m := harness.Metrics(addr)
 	if m == "" {
 		return 0, false
 	}

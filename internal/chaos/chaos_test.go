@@ -1,6 +1,8 @@
 package chaos
 
 import (
+	"github.com/outboxd/outboxd/internal/testenv/harness"
+
 	"context"
 	"fmt"
 	mrand "math/rand/v2"
@@ -144,13 +146,13 @@ func pgKill(t *testing.T, p plan, exactlyOnce bool) {
 	w := startWriter(f.db, p.pause)
 	for i := 0; i < p.kills; i++ {
 		sleepBetween(time.Second, 3*time.Second)
-		proc.mustBeRunning(t)
-		proc.kill()
+		proc.MustBeRunning(t)
+		proc.Kill()
 		t.Logf("killed at %s", time.Now().Format(time.RFC3339Nano))
 		proc = startProc(t, "a", cfg, f.dir)
 	}
 	time.Sleep(2 * time.Second)
-	proc.mustBeRunning(t)
+	proc.MustBeRunning(t)
 	name := "PostgreSQL: SIGKILL outboxd every 1–3 s"
 	if exactlyOnce {
 		name = "PostgreSQL, exactly_once: SIGKILL outboxd every 1–3 s"
@@ -159,8 +161,8 @@ func pgKill(t *testing.T, p plan, exactlyOnce bool) {
 	if exactlyOnce && (len(results) == 0 || results[len(results)-1].tally.dups != 0) {
 		t.Errorf("exactly_once delivered duplicates: %+v", results[len(results)-1].tally)
 	}
-	if code := proc.term(); code != 0 {
-		t.Errorf("SIGTERM exit %d; output:\n%s", code, tail(proc.out.String(), 40))
+	if code := proc.Term(); code != 0 {
+		t.Errorf("SIGTERM exit %d; output:\n%s", code, harness.Tail(proc.Out.String(), 40))
 	}
 }
 
@@ -173,7 +175,7 @@ func brokerOutage(t *testing.T, p plan) {
 	w := startWriter(f.db, p.pause)
 	for i := 0; i < p.outages; i++ {
 		time.Sleep(3 * time.Second)
-		proc.mustBeRunning(t)
+		proc.MustBeRunning(t)
 		f.broker.Stop()
 		time.Sleep(p.outage)
 		if err := f.broker.Start(); err != nil {
@@ -181,10 +183,10 @@ func brokerOutage(t *testing.T, p plan) {
 		}
 	}
 	time.Sleep(3 * time.Second)
-	proc.mustBeRunning(t)
+	proc.MustBeRunning(t)
 	finish(t, f, w, p, result{scenario: "PostgreSQL: broker down under load", faults: fmt.Sprintf("%d × %s broker outage", p.outages, p.outage)}, started)
-	if code := proc.term(); code != 0 {
-		t.Errorf("SIGTERM exit %d; output:\n%s", code, tail(proc.out.String(), 40))
+	if code := proc.Term(); code != 0 {
+		t.Errorf("SIGTERM exit %d; output:\n%s", code, harness.Tail(proc.Out.String(), 40))
 	}
 }
 
@@ -197,7 +199,7 @@ func pgRestart(t *testing.T, p plan) {
 	w := startWriter(f.db, p.pause)
 	for i := 0; i < p.pgRestarts; i++ {
 		time.Sleep(3 * time.Second)
-		proc.mustBeRunning(t)
+		proc.MustBeRunning(t)
 		f.pg.Kill()
 		time.Sleep(500 * time.Millisecond)
 		if err := f.pg.Start(); err != nil {
@@ -205,10 +207,10 @@ func pgRestart(t *testing.T, p plan) {
 		}
 	}
 	time.Sleep(3 * time.Second)
-	proc.mustBeRunning(t)
+	proc.MustBeRunning(t)
 	finish(t, f, w, p, result{scenario: "PostgreSQL: crash-restart the database under load", faults: fmt.Sprintf("%d PostgreSQL SIGKILL+restarts", p.pgRestarts)}, started)
-	if code := proc.term(); code != 0 {
-		t.Errorf("SIGTERM exit %d; output:\n%s", code, tail(proc.out.String(), 40))
+	if code := proc.Term(); code != 0 {
+		t.Errorf("SIGTERM exit %d; output:\n%s", code, harness.Tail(proc.Out.String(), 40))
 	}
 }
 
@@ -220,15 +222,15 @@ func haFailover(t *testing.T, p plan) {
 	addrs := []string{freeAddr(t), freeAddr(t)}
 	cfgs := []string{f.config("a", addrs[0], ""), f.config("b", addrs[1], "")}
 	names := []string{"a", "b"}
-	procs := make([]*proc, 2)
+	procs := make([]*harness.Proc, 2)
 	procs[0] = startProc(t, "a", cfgs[0], f.dir)
-	waitFor(t, 30*time.Second, "instance a ready", func() bool { procs[0].mustBeRunning(t); return readyz(addrs[0]) == 200 })
+	harness.WaitFor(t, 30*time.Second, "instance a ready", func() bool { procs[0].MustBeRunning(t); return harness.Readyz(addrs[0]) == 200 })
 	procs[1] = startProc(t, "b", cfgs[1], f.dir)
-	waitFor(t, 30*time.Second, "instance b standby", func() bool {
-		procs[1].mustBeRunning(t)
-		return strings.Contains(procs[1].out.String(), "standby:")
+	harness.WaitFor(t, 30*time.Second, "instance b standby", func() bool {
+		procs[1].MustBeRunning(t)
+		return strings.Contains(procs[1].Out.String(), "standby:")
 	})
-	if code := readyz(addrs[1]); code != 503 {
+	if code := harness.Readyz(addrs[1]); code != 503 {
 		t.Fatalf("standby /readyz answers %d, want 503", code)
 	}
 	w := startWriter(f.db, p.pause)
@@ -237,23 +239,23 @@ func haFailover(t *testing.T, p plan) {
 	for i := 0; i < p.failovers; i++ {
 		sleepBetween(2*time.Second, 4*time.Second)
 		standby := 1 - active
-		procs[active].mustBeRunning(t)
-		procs[standby].mustBeRunning(t)
-		procs[active].kill()
-		took := waitFor(t, 30*time.Second, "takeover by "+names[standby], func() bool {
-			procs[standby].mustBeRunning(t)
-			return readyz(addrs[standby]) == 200
+		procs[active].MustBeRunning(t)
+		procs[standby].MustBeRunning(t)
+		procs[active].Kill()
+		took := harness.WaitFor(t, 30*time.Second, "takeover by "+names[standby], func() bool {
+			procs[standby].MustBeRunning(t)
+			return harness.Readyz(addrs[standby]) == 200
 		})
 		worst = max(worst, took)
-		if !strings.Contains(procs[standby].out.String(), "takeover:") {
+		if !strings.Contains(procs[standby].Out.String(), "takeover:") {
 			t.Errorf("instance %s became ready without a takeover log line", names[standby])
 		}
 		t.Logf("failover %d: %s took over in %v", i+1, names[standby], took.Round(10*time.Millisecond))
 		procs[active] = startProc(t, names[active], cfgs[active], f.dir)
 		old := active
-		waitFor(t, 30*time.Second, names[old]+" back as standby", func() bool {
-			procs[old].mustBeRunning(t)
-			return strings.Contains(procs[old].out.String(), "standby:")
+		harness.WaitFor(t, 30*time.Second, names[old]+" back as standby", func() bool {
+			procs[old].MustBeRunning(t)
+			return strings.Contains(procs[old].Out.String(), "standby:")
 		})
 		active = standby
 	}
@@ -261,9 +263,9 @@ func haFailover(t *testing.T, p plan) {
 	finish(t, f, w, p, result{scenario: "PostgreSQL: HA pair, SIGKILL the active instance", faults: fmt.Sprintf("%d failovers", p.failovers),
 		note: fmt.Sprintf("slowest takeover %s", worst.Round(100*time.Millisecond))}, started)
 	for _, pr := range procs {
-		pr.mustBeRunning(t)
-		if code := pr.term(); code != 0 {
-			t.Errorf("%s: SIGTERM exit %d; output:\n%s", pr.name, code, tail(pr.out.String(), 40))
+		pr.MustBeRunning(t)
+		if code := pr.Term(); code != 0 {
+			t.Errorf("%s: SIGTERM exit %d; output:\n%s", pr.Name, code, harness.Tail(pr.Out.String(), 40))
 		}
 	}
 }
@@ -278,15 +280,15 @@ func mariaKill(t *testing.T, p plan) {
 	w := startWriter(f.db, p.pause)
 	for i := 0; i < p.mariaKills; i++ {
 		sleepBetween(time.Second, 3*time.Second)
-		proc.mustBeRunning(t)
-		proc.kill()
+		proc.MustBeRunning(t)
+		proc.Kill()
 		proc = startProc(t, "a", cfg, f.dir)
 	}
 	time.Sleep(2 * time.Second)
-	proc.mustBeRunning(t)
+	proc.MustBeRunning(t)
 	finish(t, f, w, p, result{scenario: "MariaDB: SIGKILL outboxd every 1–3 s", faults: fmt.Sprintf("%d SIGKILLs", p.mariaKills)}, started)
-	if code := proc.term(); code != 0 {
-		t.Errorf("SIGTERM exit %d; output:\n%s", code, tail(proc.out.String(), 40))
+	if code := proc.Term(); code != 0 {
+		t.Errorf("SIGTERM exit %d; output:\n%s", code, harness.Tail(proc.Out.String(), 40))
 	}
 }
 
@@ -299,7 +301,7 @@ func mariaRestart(t *testing.T, p plan) {
 	w := startWriter(f.db, p.pause)
 	for i := 0; i < p.mariaRestarts; i++ {
 		time.Sleep(3 * time.Second)
-		proc.mustBeRunning(t)
+		proc.MustBeRunning(t)
 		f.maria.Kill()
 		time.Sleep(500 * time.Millisecond)
 		if err := f.maria.Start(); err != nil {
@@ -307,9 +309,9 @@ func mariaRestart(t *testing.T, p plan) {
 		}
 	}
 	time.Sleep(3 * time.Second)
-	proc.mustBeRunning(t)
+	proc.MustBeRunning(t)
 	finish(t, f, w, p, result{scenario: "MariaDB: crash-restart the database under load", faults: fmt.Sprintf("%d MariaDB SIGKILL+restarts", p.mariaRestarts)}, started)
-	if code := proc.term(); code != 0 {
-		t.Errorf("SIGTERM exit %d; output:\n%s", code, tail(proc.out.String(), 40))
+	if code := proc.Term(); code != 0 {
+		t.Errorf("SIGTERM exit %d; output:\n%s", code, harness.Tail(proc.Out.String(), 40))
 	}
 }

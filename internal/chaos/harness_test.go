@@ -1,176 +1,39 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
+// binPath is the outboxd binary under test (harness.Build: built once per test process, or
+// OUTBOXD_TEST_BIN).
 var binPath string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "outboxd-chaos-bin-")
-	if err != nil {
-		panic(err)
-	}
-	binPath = filepath.Join(dir, "outboxd")
-	out, err := exec.Command("go", "build", "-o", binPath, "github.com/outboxd/outboxd/cmd/outboxd").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build outboxd: %v\n%s", err, out)
-		os.Exit(1)
-	}
+	var cleanup func()
+	binPath, cleanup = harness.MustBuild()
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 
 // ---- outboxd processes ----
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
-func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
-// proc is one running `outboxd run`.
-type proc struct {
-	name   string
-	cmd    *exec.Cmd
-	out    *syncBuf
-	done   chan struct{}
-	code   int
-	killed atomic.Bool // stopped by the test (SIGKILL / SIGTERM)
-}
-
-// startProc starts `outboxd run -c cfg`; its output goes to a buffer and is appended to
-// <dir>/<name>.log. It is killed at the end of the test.
-func startProc(t *testing.T, name, cfg, dir string) *proc {
+// startProc starts `outboxd run -c cfg` as instance name; its output is captured and appended
+// to <dir>/<name>.log. It is killed at the end of the test.
+func startProc(t *testing.T, name, cfg, dir string) *harness.Proc {
 	t.Helper()
-	p := &proc{name: name, out: &syncBuf{}, done: make(chan struct{})}
-	logf, err := os.OpenFile(filepath.Join(dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(logf, "==== start %s\n", time.Now().Format(time.RFC3339Nano))
-	p.cmd = exec.Command(binPath, "run", "-c", cfg)
-	w := io.MultiWriter(p.out, logf)
-	p.cmd.Stdout, p.cmd.Stderr = w, w
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		err := p.cmd.Wait()
-		if ee, ok := err.(*exec.ExitError); ok {
-			p.code = ee.ExitCode()
-		}
-		logf.Close()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		if !p.exited() {
-			p.killed.Store(true)
-			p.cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	return p
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// kill sends SIGKILL and waits for the process to end.
-func (p *proc) kill() {
-	p.killed.Store(true)
-	p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-}
-
-// term sends SIGTERM and returns the exit code (-1 if it did not exit within 60s).
-func (p *proc) term() int {
-	p.killed.Store(true)
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return p.code
-	case <-time.After(60 * time.Second):
-		p.cmd.Process.Kill()
-		<-p.done
-		return -1
-	}
-}
-
-// mustBeRunning fails the test when p ended without the test stopping it.
-func (p *proc) mustBeRunning(t *testing.T) {
-	t.Helper()
-	if p.exited() && !p.killed.Load() {
-		t.Fatalf("outboxd %s exited by itself with code %d; output:\n%s", p.name, p.code, tail(p.out.String(), 60))
-	}
-}
-
-func tail(s string, lines int) string {
-	l := strings.Split(s, "\n")
-	if len(l) > lines {
-		l = l[len(l)-lines:]
-	}
-	return strings.Join(l, "\n")
-}
-
-// readyz returns the HTTP status of /readyz at addr (0 when unreachable).
-func readyz(addr string) int {
-	c := http.Client{Timeout: time.Second}
-	r, err := c.Get("http://" + addr + "/readyz")
-	if err != nil {
-		return 0
-	}
-	r.Body.Close()
-	return r.StatusCode
-}
-
-func metricsText(addr string) string {
-	c := http.Client{Timeout: 2 * time.Second}
-	r, err := c.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return ""
-	}
-	defer r.Body.Close()
-	b, _ := io.ReadAll(r.Body)
-	return string(b)
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > d {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return time.Since(start)
+	return harness.Start(t, binPath, []string{"run", "-c", cfg}, harness.Options{Name: name, LogDir: dir})
 }
 
 func freeAddr(t *testing.T) string {
@@ -342,10 +205,10 @@ func (f *fixture) config(name, httpListen, extra string) string {
 // waitStreaming waits until p streams from the database: rows committed before a new slot
 // exists (PostgreSQL) or before the first binlog dump (MariaDB, no stored position) are not
 // outboxd's to deliver.
-func (f *fixture) waitStreaming(p *proc) {
+func (f *fixture) waitStreaming(p *harness.Proc) {
 	f.t.Helper()
-	waitFor(f.t, 60*time.Second, "outboxd streaming from the database", func() bool {
-		p.mustBeRunning(f.t)
+	harness.WaitFor(f.t, 60*time.Second, "outboxd streaming from the database", func() bool {
+		p.MustBeRunning(f.t)
 		if f.pg != nil {
 			var active bool
 			c, err := pgx.Connect(context.Background(), f.pg.DSN("app"))

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 // writeRows commits n single-row transactions.
@@ -42,44 +43,44 @@ func hotStandby(t *testing.T, f *fixture, standbyLog string) {
 	addrA, addrB := freeAddr(t), freeAddr(t)
 	cfgA, cfgB := f.config("a", addrA, ""), f.config("b", addrB, "")
 	a := startProc(t, "a", cfgA, f.dir)
-	waitFor(t, 30*time.Second, "a ready", func() bool { a.mustBeRunning(t); return readyz(addrA) == 200 })
+	harness.WaitFor(t, 30*time.Second, "a ready", func() bool { a.MustBeRunning(t); return harness.Readyz(addrA) == 200 })
 	b := startProc(t, "b", cfgB, f.dir)
-	waitFor(t, 30*time.Second, "b standby", func() bool { b.mustBeRunning(t); return strings.Contains(b.out.String(), "standby:") })
-	if !strings.Contains(b.out.String(), standbyLog) {
-		t.Errorf("standby log line does not name %q:\n%s", standbyLog, b.out.String())
+	harness.WaitFor(t, 30*time.Second, "b standby", func() bool { b.MustBeRunning(t); return strings.Contains(b.Out.String(), "standby:") })
+	if !strings.Contains(b.Out.String(), standbyLog) {
+		t.Errorf("standby log line does not name %q:\n%s", standbyLog, b.Out.String())
 	}
-	if code := readyz(addrB); code != 503 {
+	if code := harness.Readyz(addrB); code != 503 {
 		t.Fatalf("standby /readyz: %d, want 503", code)
 	}
-	if m := metricsText(addrB); !strings.Contains(m, "outboxd_standby 1") || !strings.Contains(m, "outboxd_up 0") {
+	if m := harness.Metrics(addrB); !strings.Contains(m, "outboxd_standby 1") || !strings.Contains(m, "outboxd_up 0") {
 		t.Fatalf("standby metrics lack outboxd_standby 1 / outboxd_up 0")
 	}
-	if m := metricsText(addrA); !strings.Contains(m, "outboxd_standby 0") {
+	if m := harness.Metrics(addrA); !strings.Contains(m, "outboxd_standby 0") {
 		t.Fatalf("active metrics lack outboxd_standby 0")
 	}
 	writeRows(t, f.db, 50)
 	mustVerify(t, f)
 	time.Sleep(500 * time.Millisecond) // let a store its position
-	if strings.Contains(b.out.String(), "starting outboxd") {
-		t.Fatalf("the standby started a pipeline while a was active:\n%s", b.out.String())
+	if strings.Contains(b.Out.String(), "starting outboxd") {
+		t.Fatalf("the standby started a pipeline while a was active:\n%s", b.Out.String())
 	}
 
-	a.kill()
-	took := waitFor(t, 15*time.Second, "b takes over", func() bool { b.mustBeRunning(t); return readyz(addrB) == 200 })
+	a.Kill()
+	took := harness.WaitFor(t, 15*time.Second, "b takes over", func() bool { b.MustBeRunning(t); return harness.Readyz(addrB) == 200 })
 	t.Logf("takeover in %v", took)
-	if !strings.Contains(b.out.String(), "takeover:") || !strings.Contains(b.out.String(), "resuming from stored position") {
-		t.Fatalf("b's log lacks the takeover / resume lines:\n%s", b.out.String())
+	if !strings.Contains(b.Out.String(), "takeover:") || !strings.Contains(b.Out.String(), "resuming from stored position") {
+		t.Fatalf("b's log lacks the takeover / resume lines:\n%s", b.Out.String())
 	}
 	writeRows(t, f.db, 50)
 	mustVerify(t, f)
 
 	a = startProc(t, "a", cfgA, f.dir)
-	waitFor(t, 30*time.Second, "a standby", func() bool { a.mustBeRunning(t); return strings.Contains(a.out.String(), "standby:") })
-	if code := a.term(); code != 0 {
+	harness.WaitFor(t, 30*time.Second, "a standby", func() bool { a.MustBeRunning(t); return strings.Contains(a.Out.String(), "standby:") })
+	if code := a.Term(); code != 0 {
 		t.Fatalf("SIGTERM to a standby: exit %d", code)
 	}
-	if code := b.term(); code != 0 {
-		t.Fatalf("SIGTERM to the active instance: exit %d\n%s", code, tail(b.out.String(), 30))
+	if code := b.Term(); code != 0 {
+		t.Fatalf("SIGTERM to the active instance: exit %d\n%s", code, harness.Tail(b.Out.String(), 30))
 	}
 }
 
@@ -110,12 +111,12 @@ func TestSlotMetrics(t *testing.T) {
 	f := newPostgresFixture(t)
 	addr := freeAddr(t)
 	p := startProc(t, "a", f.config("a", addr, ""), f.dir)
-	waitFor(t, 30*time.Second, "slot metrics", func() bool {
-		p.mustBeRunning(t)
-		m := metricsText(addr)
+	harness.WaitFor(t, 30*time.Second, "slot metrics", func() bool {
+		p.MustBeRunning(t)
+		m := harness.Metrics(addr)
 		return strings.Contains(m, `outboxd_slot_wal_status{status="reserved"} 1`) && strings.Contains(m, "outboxd_slot_retained_bytes ")
 	})
-	if code := p.term(); code != 0 {
+	if code := p.Term(); code != 0 {
 		t.Fatalf("SIGTERM: exit %d", code)
 	}
 }
@@ -150,16 +151,16 @@ func TestLostSlotWhileRunningExits1(t *testing.T) {
 			c.Exec(context.Background(), "CHECKPOINT")
 		}
 	}
-	waitFor(t, 30*time.Second, "slot lost", func() bool { c.Exec(context.Background(), "CHECKPOINT"); return walStatus() == "lost" })
+	harness.WaitFor(t, 30*time.Second, "slot lost", func() bool { c.Exec(context.Background(), "CHECKPOINT"); return walStatus() == "lost" })
 	h.Remove()
 	select {
-	case <-p.done:
+	case <-p.Done:
 	case <-time.After(90 * time.Second):
-		t.Fatalf("outboxd still runs 90s after its slot was lost:\n%s", tail(p.out.String(), 40))
+		t.Fatalf("outboxd still runs 90s after its slot was lost:\n%s", harness.Tail(p.Out.String(), 40))
 	}
-	out := p.out.String()
-	t.Logf("exit %d; last lines:\n%s", p.code, tail(out, 6))
-	if p.code != 1 || !strings.Contains(out, "lost") || !strings.Contains(out, "pg_drop_replication_slot") || !strings.Contains(out, "outboxd offsets set") {
-		t.Fatalf("exit %d, want 1 with a message saying the slot is lost and what to do:\n%s", p.code, tail(out, 40))
+	out := p.Out.String()
+	t.Logf("exit %d; last lines:\n%s", p.Code, harness.Tail(out, 6))
+	if p.Code != 1 || !strings.Contains(out, "lost") || !strings.Contains(out, "pg_drop_replication_slot") || !strings.Contains(out, "outboxd offsets set") {
+		t.Fatalf("exit %d, want 1 with a message saying the slot is lost and what to do:\n%s", p.Code, harness.Tail(out, 40))
 	}
 }

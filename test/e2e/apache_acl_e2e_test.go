@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 // The ACL faults of TestApacheSecurity (apache_security_e2e_test.go): the StandardAuthorizer with
@@ -61,10 +62,10 @@ func (s *secSuite) testNoTopicWrite(t *testing.T) {
 	beforeSecret := lsn(t, e.walLSN(c))
 	secret = append(secret, e.insertAgg(c, "secret", "S1", 2)...)
 	order = append(order, e.insert(c, "O2", 2)...)
-	if code := p.waitExitAfter(t, 60*time.Second, "a dead letter the DLQ refuses"); code != 1 {
+	if code := p.WaitExit(t, 60*time.Second, "a dead letter the DLQ refuses"); code != 1 {
 		t.Fatalf("exit %d, want 1", code)
 	}
-	log := p.out.String()
+	log := p.Out.String()
 	s.noSecrets(t, "run's log", log)
 	for _, want := range []string{"dead-letter topic sec.acl.dlq cannot be written", "kafka.dlq_topic",
 		`the ACLs do not let outboxd's principal write to topic \"sec.acl.dlq\": grant it WRITE and DESCRIBE on that topic`} {
@@ -83,14 +84,14 @@ func (s *secSuite) testNoTopicWrite(t *testing.T) {
 	p = e.start()
 	secret = append(secret, e.insertAgg(c, "secret", "S1", 1)...)
 	order = append(order, e.insert(c, "O1", 1)...)
-	waitUntil(t, 60*time.Second, "every refused row in the DLQ, every other row delivered", func() bool {
+	harness.WaitFor(t, 60*time.Second, "every refused row in the DLQ, every other row delivered", func() bool {
 		recs := s.records(t, `sec\.acl\..*`, 0, time.Second)
 		return len(hasAll(recs, order)) == 0 && len(secIDs(recs, "sec.acl.dlq")) >= len(secret)
 	})
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
-		t.Fatalf("SIGTERM exit %d:\n%s", code, p.out.String())
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("SIGTERM exit %d:\n%s", code, p.Out.String())
 	}
-	log = p.out.String()
+	log = p.Out.String()
 	s.noSecrets(t, "run's log", log)
 	for _, id := range secret {
 		if !regexp.MustCompile(`level=WARN msg="dead-lettering record" reason=topic_authorization_failed .*id=` + id).MatchString(log) {
@@ -113,10 +114,10 @@ func (s *secSuite) testNoTopicWrite(t *testing.T) {
 	}
 	p = e.start()
 	secret = append(secret, e.insertAgg(c, "secret", "S1", 1)...)
-	waitUntil(t, 30*time.Second, "a new row to sec.acl.secret", func() bool {
+	harness.WaitFor(t, 30*time.Second, "a new row to sec.acl.secret", func() bool {
 		return len(hasAll(s.records(t, `sec\.acl\.secret`, len(secret), time.Second), secret)) == 0
 	})
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 	recs := s.records(t, `sec\.acl\..*`, 0, 1500*time.Millisecond)
@@ -155,15 +156,15 @@ func (s *secSuite) testEOSACLs(t *testing.T) {
 	want := e.insert(c, "E1", 3)
 	refused := e.insertAgg(c, "secret", "E1", 1)[0]
 	want = append(want, e.insert(c, "E1", 1)...)
-	waitUntil(t, 60*time.Second, "first rows delivered, the refused one dead-lettered", func() bool {
+	harness.WaitFor(t, 60*time.Second, "first rows delivered, the refused one dead-lettered", func() bool {
 		recs := s.records(t, `sec\.acleos\.(order|dlq)`, len(want)+1, time.Second)
 		return len(hasAll(recs, want)) == 0 && len(hasAll(recs, []string{refused})) == 0
 	})
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
-	if !regexp.MustCompile(`level=WARN msg="dead-lettering record" reason=topic_authorization_failed .*id=` + refused).MatchString(p.out.String()) {
-		t.Fatalf("no WARN line dead-lettering %s:\n%s", refused, p.out.String())
+	if !regexp.MustCompile(`level=WARN msg="dead-lettering record" reason=topic_authorization_failed .*id=` + refused).MatchString(p.Out.String()) {
+		t.Fatalf("no WARN line dead-lettering %s:\n%s", refused, p.Out.String())
 	}
 	recs := s.records(t, `sec\.acleos\..*`, 0, 1500*time.Millisecond)
 	if dl := secIDs(recs, "sec.acleos.dlq"); len(dl) != 1 || dl[0] != refused {
@@ -179,10 +180,10 @@ func (s *secSuite) testEOSACLs(t *testing.T) {
 		want = append(want, e.insert(c, fmt.Sprintf("E%d", i%2), 2)...)
 	}
 	p = e.startWith(false)
-	if code := p.waitExitAfter(t, 60*time.Second, "the transactional id is refused"); code != 1 {
+	if code := p.WaitExit(t, 60*time.Second, "the transactional id is refused"); code != 1 {
 		t.Fatalf("exit %d, want 1", code)
 	}
-	log := p.out.String()
+	log := p.Out.String()
 	t.Logf("without the transactional-id ACL:\n%s", log)
 	s.noSecrets(t, "run's log", log)
 	for _, w := range []string{"kafka.transactional_id", "sec-acleos", "grant WRITE and DESCRIBE"} {
@@ -196,10 +197,10 @@ func (s *secSuite) testEOSACLs(t *testing.T) {
 
 	must(t, s.k.Grant(txn...))
 	p = e.start()
-	waitUntil(t, 60*time.Second, "rows committed meanwhile delivered", func() bool {
+	harness.WaitFor(t, 60*time.Second, "rows committed meanwhile delivered", func() bool {
 		return len(hasAll(s.records(t, `sec\.acleos\.order`, len(want), time.Second), want)) == 0
 	})
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 	got := s.records(t, `sec\.acleos\.order`, 0, 1500*time.Millisecond)

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 // Broker faults a real broker produces, and kcat (librdkafka, read_committed) as an independent
@@ -102,14 +103,14 @@ func allIDs(txs []writtenTx) []string {
 // watchOutage checks, for d, that outboxd keeps running and that neither the stored position
 // nor the slot passes bound (nothing after it can have been acked); it returns the last stored
 // position seen.
-func (e *env) watchOutage(p *proc, c *pgx.Conn, bound string, d time.Duration) string {
+func (e *env) watchOutage(p *harness.Proc, c *pgx.Conn, bound string, d time.Duration) string {
 	e.t.Helper()
 	t := e.t
 	var last string
 	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		select {
-		case <-p.done:
-			t.Fatalf("outboxd exited %d while the broker was down (it must block and retry):\n%s", p.code, p.out.String())
+		case <-p.Done:
+			t.Fatalf("outboxd exited %d while the broker was down (it must block and retry):\n%s", p.Code, p.Out.String())
 		default:
 		}
 		last = e.storedPosition()
@@ -141,7 +142,7 @@ func TestBrokerKilledWhileRunning(t *testing.T) {
 	b.kill()
 	killedAt := e.walLSN(c)
 	e.watchOutage(p, c, killedAt, 4*time.Second)
-	p.stop(t, syscall.SIGKILL)
+	p.Stop(t, syscall.SIGKILL)
 	txs := w.finish()
 	stored := e.storedPosition()
 	if lsn(t, stored) > lsn(t, killedAt) {
@@ -170,10 +171,10 @@ func TestBrokerKilledWhileRunning(t *testing.T) {
 	t.Logf("stored position %s covers %d of %d transactions, all in Kafka after the broker's restart", stored, covered, len(txs))
 	want := allIDs(txs)
 	p = e.start()
-	waitUntil(t, 60*time.Second, "every row delivered after outboxd restarted", func() bool {
+	harness.WaitFor(t, 60*time.Second, "every row delivered after outboxd restarted", func() bool {
 		return hasAll(testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, len(want), 2*time.Second), want) == nil
 	})
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 }
@@ -196,7 +197,7 @@ func TestTopicDeletedWhileRunning(t *testing.T) {
 	if err := a.DeleteTopic("outbox.event.order"); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 30*time.Second, "the topic gone from the metadata", func() bool {
+	harness.WaitFor(t, 30*time.Second, "the topic gone from the metadata", func() bool {
 		ts, err := a.ListTopics()
 		_, there := ts["outbox.event.order"]
 		return err == nil && !there
@@ -211,7 +212,7 @@ func TestTopicDeletedWhileRunning(t *testing.T) {
 	exited := false
 	for deadline := time.Now().Add(6 * time.Second); time.Now().Before(deadline) && !exited; time.Sleep(100 * time.Millisecond) {
 		select {
-		case <-p.done:
+		case <-p.Done:
 			exited = true
 		default:
 		}
@@ -219,22 +220,22 @@ func TestTopicDeletedWhileRunning(t *testing.T) {
 			t.Fatalf("stored position %s passed the first row written after the deletion (inside its transaction: %s)", s, firstIn)
 		}
 	}
-	out := p.out.String()
+	out := p.Out.String()
 	if strings.Contains(out, "dead-lettering") {
 		t.Fatalf("rows for a deleted topic were dead-lettered:\n%s", out)
 	}
 	if exited {
-		t.Logf("outboxd exited %d without the topic:\n%s", p.code, out)
-		if p.code != 1 || !strings.Contains(out, "outbox.event.order") {
-			t.Fatalf("outboxd exited %d without naming the topic; want exit 1 naming outbox.event.order:\n%s", p.code, out)
+		t.Logf("outboxd exited %d without the topic:\n%s", p.Code, out)
+		if p.Code != 1 || !strings.Contains(out, "outbox.event.order") {
+			t.Fatalf("outboxd exited %d without naming the topic; want exit 1 naming outbox.event.order:\n%s", p.Code, out)
 		}
 	} else {
 		// The producer retries a missing topic inside sarama (metadata refresh), so only the
 		// pipeline's ack-stall warning tells the operator.
-		waitUntil(t, 30*time.Second, "the ack-stall warning", func() bool {
-			return strings.Contains(p.out.String(), "no acknowledgement from Kafka")
+		harness.WaitFor(t, 30*time.Second, "the ack-stall warning", func() bool {
+			return strings.Contains(p.Out.String(), "no acknowledgement from Kafka")
 		})
-		out = p.out.String()
+		out = p.Out.String()
 		var said []string
 		for _, l := range strings.Split(out, "\n") {
 			if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
@@ -251,10 +252,10 @@ func TestTopicDeletedWhileRunning(t *testing.T) {
 	if exited {
 		p = e.start()
 	}
-	waitUntil(t, 90*time.Second, "every row written after the deletion delivered to the new topic", func() bool {
+	harness.WaitFor(t, 90*time.Second, "every row written after the deletion delivered to the new topic", func() bool {
 		return hasAll(testenv.Consume(t, e.broker.Addr(), `outbox\.event\.order`, len(want), 2*time.Second), want) == nil
 	})
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
-		t.Fatalf("SIGTERM exit %d:\n%s", code, p.out.String())
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("SIGTERM exit %d:\n%s", code, p.Out.String())
 	}
 }

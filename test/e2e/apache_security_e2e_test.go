@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 // End-to-end tests of the binary against Apache Kafka 4.4 with TLS, SASL and ACLs: one node
@@ -188,13 +189,13 @@ func (s *secSuite) deliverAndReplay(t *testing.T, name string, e *env, eos bool)
 	if n, dups := countDistinct(got); n != len(want) || dups != 0 || len(hasAll(got, want)) > 0 {
 		t.Fatalf("over %s: %d distinct records (%d duplicates) on sec.%s.order, want %d", name, n, dups, name, len(want))
 	}
-	waitUntil(t, 30*time.Second, "the big row dead-lettered", func() bool {
+	harness.WaitFor(t, 30*time.Second, "the big row dead-lettered", func() bool {
 		return len(s.records(t, `sec\.`+name+`\.dlq`, 1, time.Second)) == 1
 	})
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
-		t.Fatalf("SIGTERM exit %d:\n%s", code, p.out.String())
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("SIGTERM exit %d:\n%s", code, p.Out.String())
 	}
-	s.noSecrets(t, "run's log", p.out.String())
+	s.noSecrets(t, "run's log", p.Out.String())
 
 	out, errOut, code = outboxd(t, e.cfgPath, "dlq", "tail")
 	s.noSecrets(t, "dlq tail", out+errOut)

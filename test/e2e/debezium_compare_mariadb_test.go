@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 // The byte-for-byte comparison on MariaDB 10.11: Debezium's MariaDB connector (3.5.0.Final, the
@@ -87,13 +88,13 @@ outbox:
   headers: {type: eventType, tenant: tenant, attempt: attempt, urgent: urgent, amount: amount, at: at, ts: ts, day: day, raw: raw}
 `, m.DSN("app"), k.Addr(), filepath.Join(filepath.Dir(cfgPath), "offsets.json")))
 	p := startProc(t, cfgPath)
-	waitUntil(t, 60*time.Second, "outboxd's binlog dump connected", func() bool {
+	harness.WaitFor(t, 60*time.Second, "outboxd's binlog dump connected", func() bool {
 		select {
-		case <-p.done:
-			t.Fatalf("outboxd exited with %d:\n%s", p.code, p.out.String())
+		case <-p.Done:
+			t.Fatalf("outboxd exited with %d:\n%s", p.Code, p.Out.String())
 		default:
 		}
-		if !strings.Contains(p.out.String(), "mysql source opening") {
+		if !strings.Contains(p.Out.String(), "mysql source opening") {
 			return false
 		}
 		rows, _ := m.Query("", "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
@@ -142,7 +143,7 @@ outbox:
 		t.Fatal(err)
 	}
 	res := compareDebezium(t, k.Addr(), rows, mariaDeliberate)
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Errorf("outboxd exit code %d after SIGTERM", code)
 	}
 	t.Logf("compared %d events (%d transactions): %d fields equal, %d deliberate differences, took %v",

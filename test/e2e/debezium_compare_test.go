@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 // The byte-for-byte comparison with Debezium (issue 12, item 6): the same outbox rows go through
@@ -209,7 +210,7 @@ func TestDebeziumByteForByte(t *testing.T) {
 	}
 	var task, trace string
 	badAt := time.Now()
-	waitUntil(t, 2*time.Minute, "Debezium's task FAILED on the invalid topic name", func() bool {
+	harness.WaitFor(t, 2*time.Minute, "Debezium's task FAILED on the invalid topic name", func() bool {
 		_, task, trace, _ = c.Status()
 		return task == "FAILED"
 	})
@@ -226,7 +227,7 @@ func TestDebeziumByteForByte(t *testing.T) {
 	if reason, _ := badDL.header("outboxd.error.reason"); reason != "invalid_topic" {
 		t.Errorf("outboxd dead-lettered the invalid topic with reason %q, want invalid_topic", reason)
 	}
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Errorf("outboxd exit code %d after SIGTERM", code)
 	}
 	t.Logf("compared %d events (%d transactions): %d fields equal, %d deliberate differences, took %v",

@@ -25,6 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 // Tests of failure handling against the real PostgreSQL, the kfake broker over TCP and the real
@@ -239,13 +240,13 @@ func TestDLQPoisonRowsTailAndReplay(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	got = append(got, testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, 0, 500*time.Millisecond)[len(got):]...)
 	if strings.Join(ids(got), ",") != strings.Join(good, ",") {
-		t.Fatalf("delivered %v\nwant      %v\noutput:\n%s", ids(got), good, p.out.String())
+		t.Fatalf("delivered %v\nwant      %v\noutput:\n%s", ids(got), good, p.Out.String())
 	}
 
 	// Every poison row in the DLQ with the contract's headers.
 	dlq := testenv.Consume(t, e.broker.Addr(), `outboxd\.dlq`, len(poisons), 20*time.Second)
 	if len(dlq) != len(poisons) {
-		t.Fatalf("%d dead letters, want %d: %v\noutput:\n%s", len(dlq), len(poisons), ids(dlq), p.out.String())
+		t.Fatalf("%d dead letters, want %d: %v\noutput:\n%s", len(dlq), len(poisons), ids(dlq), p.Out.String())
 	}
 	dl := byEventID(dlq)
 	for _, ps := range poisons {
@@ -286,7 +287,7 @@ func TestDLQPoisonRowsTailAndReplay(t *testing.T) {
 	}
 
 	// The stored position passes every poison row.
-	waitUntil(t, 10*time.Second, "position stored past the poison rows", func() bool {
+	harness.WaitFor(t, 10*time.Second, "position stored past the poison rows", func() bool {
 		return lsn(t, e.storedPosition()) >= lsn(t, walAfterPoison)
 	})
 	wantMetric := map[string]int{}
@@ -296,7 +297,7 @@ func TestDLQPoisonRowsTailAndReplay(t *testing.T) {
 	if m := dlqMetric(t, metricsAddr); fmt.Sprint(m) != fmt.Sprint(wantMetric) {
 		t.Errorf("outboxd_dlq_events_total: %v, want %v", m, wantMetric)
 	}
-	out := p.out.String()
+	out := p.Out.String()
 	if strings.Count(out, "dead-lettering record") != len(poisons) || strings.Contains(out, bigPayload[20:60]) {
 		t.Errorf("want one log line per dead letter, without the payload:\n%s", out)
 	}
@@ -342,12 +343,12 @@ func TestDLQPoisonRowsTailAndReplay(t *testing.T) {
 
 	// dlq tail --follow prints the same and runs until interrupted (exit 0).
 	follow := exec.Command(binPath, "dlq", "tail", "--follow", "-c", e.cfgPath)
-	fout := &syncBuf{}
+	fout := &harness.SyncBuf{}
 	follow.Stdout, follow.Stderr = fout, fout
 	if err := follow.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 15*time.Second, "dlq tail --follow output", func() bool { return strings.Count(fout.String(), "\n") >= len(poisons) })
+	harness.WaitFor(t, 15*time.Second, "dlq tail --follow output", func() bool { return strings.Count(fout.String(), "\n") >= len(poisons) })
 	follow.Process.Signal(syscall.SIGINT)
 	if err := follow.Wait(); err != nil {
 		t.Errorf("dlq tail --follow after SIGINT: %v\n%s", err, fout.String())
@@ -390,7 +391,7 @@ func TestDLQPoisonRowsTailAndReplay(t *testing.T) {
 			t.Errorf("replayed %s: %+v (ok %v)", ps.name, r, ok)
 		}
 	}
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 }
@@ -404,7 +405,7 @@ func TestDLQBrokerStallIsNotDeadLettered(t *testing.T) {
 	p := e.start()
 	c := e.conn()
 	first := e.insertTx(c, goodRow(0))
-	waitUntil(t, 20*time.Second, "first record stored", func() bool { return e.storedPosition() != "" })
+	harness.WaitFor(t, 20*time.Second, "first record stored", func() bool { return e.storedPosition() != "" })
 	beforeStall := lsn(t, e.walLSN(c))
 	h := e.stallProduce("outbox.event.order")
 	var stalled []string
@@ -425,14 +426,14 @@ func TestDLQBrokerStallIsNotDeadLettered(t *testing.T) {
 	if strings.Join(ids(got), ",") != strings.Join(all, ",") {
 		t.Fatalf("after the stall: %v\nwant %v", ids(got), all)
 	}
-	waitUntil(t, 10*time.Second, "position stored after the stall", func() bool { return lsn(t, e.storedPosition()) >= lsn(t, walEnd) })
-	if n := len(testenv.Consume(t, e.broker.Addr(), `outboxd\.dlq`, 0, 500*time.Millisecond)); n != 0 || strings.Contains(p.out.String(), "dead-lettering") {
-		t.Fatalf("%d records dead-lettered by a transient error\n%s", n, p.out.String())
+	harness.WaitFor(t, 10*time.Second, "position stored after the stall", func() bool { return lsn(t, e.storedPosition()) >= lsn(t, walEnd) })
+	if n := len(testenv.Consume(t, e.broker.Addr(), `outboxd\.dlq`, 0, 500*time.Millisecond)); n != 0 || strings.Contains(p.Out.String(), "dead-lettering") {
+		t.Fatalf("%d records dead-lettered by a transient error\n%s", n, p.Out.String())
 	}
 	if stdout, stderr, code := e.dlqRun("tail"); code != 0 || stdout != "" || !strings.Contains(stderr, "nothing has been dead-lettered") {
 		t.Fatalf("dlq tail with no DLQ topic: exit %d\n%s\n%s", code, stdout, stderr)
 	}
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 }
@@ -455,17 +456,17 @@ func TestDLQUnwritableStops(t *testing.T) {
 	p := e.start()
 	c := e.conn()
 	first := e.insertTx(c, goodRow(0))
-	waitUntil(t, 20*time.Second, "first record stored", func() bool { return e.storedPosition() != "" })
+	harness.WaitFor(t, 20*time.Second, "first record stored", func() bool { return e.storedPosition() != "" })
 	beforePoison := lsn(t, e.walLSN(c))
 	e.insertTx(c, dlqRow{nil, sp("k"), `{}`})
 	e.insertTx(c, goodRow(1))
 	select {
-	case <-p.done:
+	case <-p.Done:
 	case <-time.After(20 * time.Second):
-		t.Fatalf("outboxd still runs with an unwritable DLQ:\n%s", p.out.String())
+		t.Fatalf("outboxd still runs with an unwritable DLQ:\n%s", p.Out.String())
 	}
-	if p.code != 1 || !strings.Contains(p.out.String(), "dead-letter topic outboxd.dlq cannot be written") {
-		t.Fatalf("exit %d, want 1 with the DLQ named:\n%s", p.code, p.out.String())
+	if p.Code != 1 || !strings.Contains(p.Out.String(), "dead-letter topic outboxd.dlq cannot be written") {
+		t.Fatalf("exit %d, want 1 with the DLQ named:\n%s", p.Code, p.Out.String())
 	}
 	if s := lsn(t, e.storedPosition()); s > beforePoison {
 		t.Fatalf("stored position %s passed %s, before the poison row", s, beforePoison)
@@ -486,19 +487,19 @@ func TestDLQMaxRateStops(t *testing.T) {
 	p := e.start()
 	c := e.conn()
 	e.insertTx(c, goodRow(0))
-	waitUntil(t, 20*time.Second, "first record stored", func() bool { return e.storedPosition() != "" })
+	harness.WaitFor(t, 20*time.Second, "first record stored", func() bool { return e.storedPosition() != "" })
 	var walBefore []string
 	for i := 0; i < 5; i++ {
 		walBefore = append(walBefore, e.walLSN(c))
 		e.insertTx(c, dlqRow{sp("bad topic"), sp("k"), `{}`})
 	}
 	select {
-	case <-p.done:
+	case <-p.Done:
 	case <-time.After(20 * time.Second):
-		t.Fatalf("outboxd did not stop on kafka.dlq_max_rate:\n%s", p.out.String())
+		t.Fatalf("outboxd did not stop on kafka.dlq_max_rate:\n%s", p.Out.String())
 	}
-	if p.code != 1 || !strings.Contains(p.out.String(), "kafka.dlq_max_rate exceeded: 3 of the last 10 records") {
-		t.Fatalf("exit %d, want 1 with the kafka.dlq_max_rate message:\n%s", p.code, p.out.String())
+	if p.Code != 1 || !strings.Contains(p.Out.String(), "kafka.dlq_max_rate exceeded: 3 of the last 10 records") {
+		t.Fatalf("exit %d, want 1 with the kafka.dlq_max_rate message:\n%s", p.Code, p.Out.String())
 	}
 	// The third bad row tripped the breaker: the position stays before it.
 	if s := lsn(t, e.storedPosition()); s > lsn(t, walBefore[2]) {

@@ -1,40 +1,28 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
+// binPath is the outboxd binary under test (harness.Build: built once per test process, or
+// OUTBOXD_TEST_BIN).
 var binPath string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "outboxd-bin-")
-	if err != nil {
-		panic(err)
-	}
-	binPath = filepath.Join(dir, "outboxd")
-	if old := os.Getenv("OUTBOXD_TEST_BIN"); old != "" {
-		// Run the e2e tests against another build (e.g. an older commit, to show a new test
-		// fails there): OUTBOXD_TEST_BIN=/path/to/outboxd go test ./test/e2e -run X.
-		binPath = old
-	} else if out, err := exec.Command("go", "build", "-o", binPath, "github.com/outboxd/outboxd/cmd/outboxd").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build outboxd: %v\n%s", err, out)
-		os.Exit(1)
-	}
+	var cleanup func()
+	binPath, cleanup = harness.MustBuild()
 	both, err := setKafkaKind()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -47,7 +35,7 @@ func TestMain(m *testing.M) {
 			code = c
 		}
 	}
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 
@@ -100,101 +88,35 @@ http:
 	return e
 }
 
-// proc is a running outboxd.
-type proc struct {
-	cmd  *exec.Cmd
-	out  *syncBuf
-	done chan struct{}
-	code int
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
-func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
-func (e *env) start() *proc {
+func (e *env) start() *harness.Proc {
 	e.t.Helper()
 	p := startProc(e.t, e.cfgPath)
 	// Rows committed before the slot exists are not in its stream: wait for the walsender.
 	c := e.conn()
-	waitUntil(e.t, 30*time.Second, "replication slot active", func() bool {
+	harness.WaitFor(e.t, 30*time.Second, "replication slot active", func() bool {
 		var active bool
 		c.QueryRow(context.Background(), "SELECT active FROM pg_replication_slots WHERE slot_name = 'outboxd'").Scan(&active)
 		select {
-		case <-p.done:
-			e.t.Fatalf("outboxd exited with %d:\n%s", p.code, p.out.String())
+		case <-p.Done:
+			e.t.Fatalf("outboxd exited with %d:\n%s", p.Code, p.Out.String())
 		default:
 		}
 		// The log line proves this process (not a dead one's walsender) holds the slot.
-		return active && strings.Contains(p.out.String(), "replication started")
+		return active && strings.Contains(p.Out.String(), "replication started")
 	})
 	return p
 }
 
-// startProc starts `outboxd run -c cfgPath` and kills it at the end of the test.
-func startProc(t *testing.T, cfgPath string) *proc {
+// startProc starts `outboxd run -c cfgPath`; it is killed at the end of the test.
+func startProc(t *testing.T, cfgPath string) *harness.Proc {
 	t.Helper()
 	return startProcEnv(t, cfgPath, nil)
 }
 
 // startProcEnv is startProc with extra environment variables.
-func startProcEnv(t *testing.T, cfgPath string, extraEnv []string) *proc {
+func startProcEnv(t *testing.T, cfgPath string, extraEnv []string) *harness.Proc {
 	t.Helper()
-	p := &proc{out: &syncBuf{}, done: make(chan struct{})}
-	p.cmd = exec.Command(binPath, "run", "-c", cfgPath)
-	p.cmd.Env = append(os.Environ(), extraEnv...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		err := p.cmd.Wait()
-		p.code = 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			p.code = ee.ExitCode()
-		}
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("outboxd output:\n%s", p.out.String())
-		}
-	})
-	return p
-}
-
-// stop sends sig and waits for exit; returns the exit code.
-func (p *proc) stop(t *testing.T, sig syscall.Signal) int {
-	t.Helper()
-	p.cmd.Process.Signal(sig)
-	select {
-	case <-p.done:
-	case <-time.After(40 * time.Second):
-		t.Fatalf("outboxd did not exit after %v; output:\n%s", sig, p.out.String())
-	}
-	return p.code
-}
-
-// waitExitAfter waits for p to exit on its own (it must stop after what) and returns its code.
-func (p *proc) waitExitAfter(t *testing.T, within time.Duration, what string) int {
-	t.Helper()
-	select {
-	case <-p.done:
-		return p.code
-	case <-time.After(within):
-		t.Fatalf("outboxd still running %v after %s (it must stop); output:\n%s", within, what, p.out.String())
-		return 0
-	}
+	return harness.Start(t, binPath, []string{"run", "-c", cfgPath}, harness.Options{Env: extraEnv})
 }
 
 func (e *env) conn() *pgx.Conn {
@@ -261,17 +183,6 @@ func (e *env) slotConfirmed(c *pgx.Conn) string {
 	return *lsn
 }
 
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func ids(recs []testenv.Consumed) []string {
 	var out []string
 	for _, r := range recs {
@@ -304,8 +215,6 @@ func hasAll(got []testenv.Consumed, want []string) []string {
 	}
 	return missing
 }
-
-var _ = strings.Contains
 
 func writeFile(t *testing.T, path, s string) {
 	t.Helper()

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 	"github.com/outboxd/outboxd/sink/kafka"
 )
 
@@ -67,7 +68,7 @@ func TestDeliversOutboxInserts(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	got = append(got, testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, 0, time.Second)[len(got):]...)
 	if missing := hasAll(got, want); len(missing) > 0 {
-		t.Fatalf("missing %d records: %v\noutput:\n%s", len(missing), missing, p.out.String())
+		t.Fatalf("missing %d records: %v\noutput:\n%s", len(missing), missing, p.Out.String())
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %d records, want %d (rolled-back, updated, deleted or other-table rows published?): %v", len(got), len(want), ids(got))
@@ -119,7 +120,7 @@ func TestDeliversOutboxInserts(t *testing.T) {
 		t.Errorf("key K0 order %v, want %v", order, wantOrder)
 	}
 
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 	// kcat, an independent client, sees the same records.
@@ -147,10 +148,10 @@ func TestRestartAfterSIGTERMAndSIGKILL(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		want = append(want, e.insert(c, fmt.Sprintf("k%d", i%5), 1+i%3)...)
 	}
-	waitUntil(t, 30*time.Second, "first batch delivered", func() bool {
+	harness.WaitFor(t, 30*time.Second, "first batch delivered", func() bool {
 		return len(hasAll(testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, len(want), 2*time.Second), want)) == 0
 	})
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 	stored := e.storedPosition()
@@ -162,7 +163,7 @@ func TestRestartAfterSIGTERMAndSIGKILL(t *testing.T) {
 		want = append(want, e.insert(c, fmt.Sprintf("k%d", i%5), 1)...)
 	}
 	p = e.start()
-	waitUntil(t, 30*time.Second, "all delivered after SIGTERM restart", func() bool {
+	harness.WaitFor(t, 30*time.Second, "all delivered after SIGTERM restart", func() bool {
 		return len(hasAll(testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, len(want), 2*time.Second), want)) == 0
 	})
 	got := testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, 0, 2*time.Second)
@@ -188,13 +189,13 @@ func TestRestartAfterSIGTERMAndSIGKILL(t *testing.T) {
 		}
 	}()
 	time.Sleep(700 * time.Millisecond)
-	p.stop(t, syscall.SIGKILL)
+	p.Stop(t, syscall.SIGKILL)
 	time.Sleep(300 * time.Millisecond)
 	p = e.start()
 	time.Sleep(500 * time.Millisecond)
 	close(stop)
 	want = append(want, <-writerDone...)
-	waitUntil(t, 60*time.Second, "all delivered after SIGKILL restart", func() bool {
+	harness.WaitFor(t, 60*time.Second, "all delivered after SIGKILL restart", func() bool {
 		return len(hasAll(testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, len(want), 2*time.Second), want)) == 0
 	})
 	got = testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, 0, 2*time.Second)
@@ -203,7 +204,7 @@ func TestRestartAfterSIGTERMAndSIGKILL(t *testing.T) {
 	if n != len(want) {
 		t.Fatalf("%d distinct ids delivered, want %d", n, len(want))
 	}
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 }
@@ -217,10 +218,10 @@ func TestSlotNeverPassesKafkaAcks(t *testing.T) {
 	c := e.conn()
 	p := e.start()
 	first := e.insert(c, "x", 2)
-	waitUntil(t, 30*time.Second, "first delivered", func() bool {
+	harness.WaitFor(t, 30*time.Second, "first delivered", func() bool {
 		return len(hasAll(testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, 2, time.Second), first)) == 0
 	})
-	waitUntil(t, 10*time.Second, "first stored", func() bool { return e.storedPosition() != "" })
+	harness.WaitFor(t, 10*time.Second, "first stored", func() bool { return e.storedPosition() != "" })
 	// Everything up to beforeStall is delivered; the first stalled transaction ends after it.
 	var beforeStallText string
 	c.QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text").Scan(&beforeStallText)
@@ -254,13 +255,13 @@ func TestSlotNeverPassesKafkaAcks(t *testing.T) {
 	}
 	h.release()
 	all := append(first, stalled...)
-	waitUntil(t, 60*time.Second, "everything delivered after the stall", func() bool {
+	harness.WaitFor(t, 60*time.Second, "everything delivered after the stall", func() bool {
 		return len(hasAll(testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, len(all), 2*time.Second), all)) == 0
 	})
-	waitUntil(t, 10*time.Second, "position stored past the stalled records", func() bool {
+	harness.WaitFor(t, 10*time.Second, "position stored past the stalled records", func() bool {
 		return lsn(t, e.storedPosition()) >= lsn(t, walNow)-1 && lsn(t, e.slotConfirmed(c)) > beforeStall
 	})
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 }
@@ -271,7 +272,7 @@ func TestIdleOutboxBusyDatabaseHoldsNoWAL(t *testing.T) {
 	c := e.conn()
 	p := e.start()
 	e.insert(c, "x", 1)
-	waitUntil(t, 20*time.Second, "slot confirmed", func() bool { return e.slotConfirmed(c) != "" && e.storedPosition() != "" })
+	harness.WaitFor(t, 20*time.Second, "slot confirmed", func() bool { return e.slotConfirmed(c) != "" && e.storedPosition() != "" })
 	var start string
 	c.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&start)
 	// ~20 MB of WAL into another table.
@@ -284,7 +285,7 @@ func TestIdleOutboxBusyDatabaseHoldsNoWAL(t *testing.T) {
 	c.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&end)
 	written := lsn(t, end) - lsn(t, start)
 	var retained int64
-	waitUntil(t, 30*time.Second, "slot to catch up with the idle outbox", func() bool {
+	harness.WaitFor(t, 30*time.Second, "slot to catch up with the idle outbox", func() bool {
 		c.QueryRow(context.Background(), `SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint FROM pg_replication_slots WHERE slot_name='outboxd'`).Scan(&retained)
 		return retained < 2<<20
 	})
@@ -292,7 +293,7 @@ func TestIdleOutboxBusyDatabaseHoldsNoWAL(t *testing.T) {
 	if written < 10<<20 {
 		t.Fatalf("the test wrote only %d bytes of WAL", written)
 	}
-	p.stop(t, syscall.SIGTERM)
+	p.Stop(t, syscall.SIGTERM)
 }
 
 // TestBadConfigExits2 checks that a config error names the key and exits 2.

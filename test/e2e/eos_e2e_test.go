@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 	"github.com/outboxd/outboxd/sink/kafka"
 )
 
@@ -37,66 +37,30 @@ func eosEnv(e *env) *env {
 
 // startWith starts outboxd with extra environment variables and, when wait is set, waits until
 // it streams from the slot.
-func (e *env) startWith(wait bool, extraEnv ...string) *proc {
+func (e *env) startWith(wait bool, extraEnv ...string) *harness.Proc {
 	e.t.Helper()
 	return e.startConfig(e.cfgPath, "outboxd", wait, extraEnv...)
 }
 
 // startConfig starts `outboxd run -c cfgPath`; with wait, it waits until that process streams
 // from slot.
-func (e *env) startConfig(cfgPath, slot string, wait bool, extraEnv ...string) *proc {
+func (e *env) startConfig(cfgPath, slot string, wait bool, extraEnv ...string) *harness.Proc {
 	e.t.Helper()
-	p := &proc{out: &syncBuf{}, done: make(chan struct{})}
-	p.cmd = exec.Command(binPath, "run", "-c", cfgPath)
-	p.cmd.Env = append(os.Environ(), extraEnv...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	go func() {
-		err := p.cmd.Wait()
-		if ee, ok := err.(*exec.ExitError); ok {
-			p.code = ee.ExitCode()
-		}
-		close(p.done)
-	}()
-	e.t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			p.cmd.Process.Kill()
-			<-p.done
-		}
-		if e.t.Failed() {
-			e.t.Logf("outboxd (%s) output:\n%s", cfgPath, p.out.String())
-		}
-	})
+	p := harness.Start(e.t, binPath, []string{"run", "-c", cfgPath}, harness.Options{Name: "outboxd (" + cfgPath + ")", Env: extraEnv})
 	if wait {
 		c := e.conn()
-		waitUntil(e.t, 30*time.Second, "slot streamed by this outboxd", func() bool {
+		harness.WaitFor(e.t, 30*time.Second, "slot streamed by this outboxd", func() bool {
 			select {
-			case <-p.done:
-				e.t.Fatalf("outboxd exited with %d:\n%s", p.code, p.out.String())
+			case <-p.Done:
+				e.t.Fatalf("outboxd exited with %d:\n%s", p.Code, p.Out.String())
 			default:
 			}
 			var active bool
 			c.QueryRow(context.Background(), "SELECT active FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active)
-			return active && strings.Contains(p.out.String(), "replication started")
+			return active && strings.Contains(p.Out.String(), "replication started")
 		})
 	}
 	return p
-}
-
-// waitExit waits for the process to exit on its own and returns the status.
-func (p *proc) waitExit(t *testing.T, d time.Duration) int {
-	t.Helper()
-	select {
-	case <-p.done:
-		return p.code
-	case <-time.After(d):
-		t.Fatalf("outboxd still running after %v; output:\n%s", d, p.out.String())
-		return 0
-	}
 }
 
 // committedPosition reads the position in offsets.topic as outboxd does (read_committed).
@@ -134,7 +98,7 @@ func (e *env) visiblePosition() string {
 // nothing else and nothing twice arrived.
 func (e *env) expectExactlyOnce(want []string, d time.Duration) {
 	e.t.Helper()
-	waitUntil(e.t, d, fmt.Sprintf("%d events delivered", len(want)), func() bool {
+	harness.WaitFor(e.t, d, fmt.Sprintf("%d events delivered", len(want)), func() bool {
 		return len(hasAll(testenv.Consume(e.t, e.broker.Addr(), eventsPattern, len(want), 2*time.Second), want)) == 0
 	})
 	got := testenv.Consume(e.t, e.broker.Addr(), eventsPattern, 0, 1500*time.Millisecond)
@@ -236,7 +200,7 @@ func testEOSDeliversOnceAndResumes(t *testing.T, e *env) []string {
 		}
 		last[k] = pos[r.Header("id")]
 	}
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 	committed := e.committedPosition()
@@ -246,18 +210,18 @@ func testEOSDeliversOnceAndResumes(t *testing.T, e *env) []string {
 	if conf := e.slotConfirmedLSN(c); lsn(t, conf) > lsn(t, committed) {
 		t.Fatalf("slot confirmed %s past the committed position %s", conf, committed)
 	}
-	if !strings.Contains(p.out.String(), `transactional_id=outboxd-postgres:outboxd`) {
-		t.Errorf("the default transactional id is not logged:\n%s", p.out.String())
+	if !strings.Contains(p.Out.String(), `transactional_id=outboxd-postgres:outboxd`) {
+		t.Errorf("the default transactional id is not logged:\n%s", p.Out.String())
 	}
 	for i := 0; i < 20; i++ { // written while outboxd is down
 		want = append(want, e.insert(c, fmt.Sprintf("K%d", i%4), 1)...)
 	}
 	p = e.startWith(true)
-	if !strings.Contains(p.out.String(), "resuming from the committed position") || !strings.Contains(p.out.String(), committed) {
-		t.Errorf("restart did not resume from %s:\n%s", committed, p.out.String())
+	if !strings.Contains(p.Out.String(), "resuming from the committed position") || !strings.Contains(p.Out.String(), committed) {
+		t.Errorf("restart did not resume from %s:\n%s", committed, p.Out.String())
 	}
 	e.expectExactlyOnce(want, 30*time.Second)
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 	return want
@@ -273,7 +237,7 @@ func testEOSSIGKILLLoop(t *testing.T, e *env) {
 	kills := 0
 	for round := 0; round < 5; round++ {
 		time.Sleep(time.Duration(800+200*round) * time.Millisecond)
-		p.stop(t, syscall.SIGKILL)
+		p.Stop(t, syscall.SIGKILL)
 		kills++
 		p = e.startWith(false)
 	}
@@ -286,7 +250,7 @@ func testEOSSIGKILLLoop(t *testing.T, e *env) {
 		aborted += n - 1
 	}
 	t.Logf("%d kills, %d events; read_uncommitted sees %d extra copies from aborted transactions", kills, len(want), aborted)
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 }
@@ -304,11 +268,11 @@ func TestEOSCrashBetweenProduceCommitAndConfirm(t *testing.T) {
 		p := e.startWith(true, pipelineCrashEnv(point))
 		batch := e.insert(c, "crash", 3)
 		want = append(want, batch...)
-		if code := p.waitExit(t, 30*time.Second); code != 137 {
+		if code := p.WaitExit(t, 30*time.Second, "the crash hook"); code != 137 {
 			t.Fatalf("%s: exit %d, want 137 from the crash hook", point, code)
 		}
-		if !strings.Contains(p.out.String(), "TEST CRASH HOOK: exiting now") {
-			t.Fatalf("%s: no crash hook log:\n%s", point, p.out.String())
+		if !strings.Contains(p.Out.String(), "TEST CRASH HOOK: exiting now") {
+			t.Fatalf("%s: no crash hook log:\n%s", point, p.Out.String())
 		}
 		after := e.visiblePosition() // the crashed process may have left a transaction open
 		switch point {
@@ -337,7 +301,7 @@ func TestEOSCrashBetweenProduceCommitAndConfirm(t *testing.T) {
 		want = append(want, e.insert(c, "crash", 2)...)
 		p = e.startWith(true)
 		e.expectExactlyOnce(want, 30*time.Second)
-		if code := p.stop(t, syscall.SIGTERM); code != 0 {
+		if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 			t.Fatalf("SIGTERM exit %d", code)
 		}
 	}
@@ -388,12 +352,12 @@ func testEOSFencing(t *testing.T, e *env) {
 			mu.Unlock()
 		}
 	}()
-	fencedMsg := func(p *proc, who string) {
+	fencedMsg := func(p *harness.Proc, who string) {
 		t.Helper()
-		if code := p.waitExit(t, 20*time.Second); code != 1 {
+		if code := p.WaitExit(t, 20*time.Second, "being fenced"); code != 1 {
 			t.Fatalf("%s: fenced instance exit %d, want 1", who, code)
 		}
-		out := p.out.String()
+		out := p.Out.String()
 		if !strings.Contains(out, `producer fenced: another producer initialised transactional id \"orders-outbox-eos\" (kafka.transactional_id)`) {
 			t.Fatalf("%s: fenced instance's message:\n%s", who, out)
 		}
@@ -409,7 +373,7 @@ func testEOSFencing(t *testing.T, e *env) {
 	mu.Unlock()
 	all = append(all, e.insert(c, "f", 2)...)
 	e.expectExactlyOnce(all, 40*time.Second)
-	if code := a.stop(t, syscall.SIGTERM); code != 0 {
+	if code := a.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 }
@@ -424,7 +388,7 @@ func testAtLeastOnceKafkaOffsets(t *testing.T, e *env) {
 	p := e.startWith(true)
 	want := e.insert(c, "a", 5)
 	e.expectExactlyOnce(want, 30*time.Second)
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 	s := &kafka.OffsetStore{Kafka: kafka.Config{Brokers: []string{e.broker.Addr()}}, Topic: "my.offsets", Key: "orders-pipeline", Source: "postgres:outboxd"}
@@ -441,11 +405,11 @@ func testAtLeastOnceKafkaOffsets(t *testing.T, e *env) {
 	}
 	want = append(want, e.insert(c, "a", 4)...)
 	p = e.startWith(true)
-	if !strings.Contains(p.out.String(), "resuming from stored position") || !strings.Contains(p.out.String(), string(stored)) {
-		t.Fatalf("did not resume from %s:\n%s", stored, p.out.String())
+	if !strings.Contains(p.Out.String(), "resuming from stored position") || !strings.Contains(p.Out.String(), string(stored)) {
+		t.Fatalf("did not resume from %s:\n%s", stored, p.Out.String())
 	}
 	e.expectExactlyOnce(want, 30*time.Second) // a clean stop re-delivers nothing
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 }
@@ -462,18 +426,18 @@ func TestEOSBrokerOutage(t *testing.T) {
 	b.stop()
 	time.Sleep(20 * time.Second)
 	select {
-	case <-p.done:
-		t.Fatalf("outboxd exited with %d during the outage:\n%s", p.code, p.out.String())
+	case <-p.Done:
+		t.Fatalf("outboxd exited with %d during the outage:\n%s", p.Code, p.Out.String())
 	default:
 	}
 	b.start(t)
 	time.Sleep(2 * time.Second)
 	want := w.finish()
 	e.expectExactlyOnce(want, 60*time.Second)
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
-	out := p.out.String()
+	out := p.Out.String()
 	t.Logf("%d events; %d producer replacements, %d batch retries", len(want),
 		strings.Count(out, "replacing the producer")+strings.Count(out, "cannot initialise the transactional producer"),
 		strings.Count(out, "producing the batch again"))
@@ -529,8 +493,8 @@ func TestEOSPostgresRestart(t *testing.T) {
 	close(stop)
 	<-done
 	select {
-	case <-p.done:
-		t.Fatalf("outboxd exited with %d:\n%s", p.code, p.out.String())
+	case <-p.Done:
+		t.Fatalf("outboxd exited with %d:\n%s", p.Code, p.Out.String())
 	default:
 	}
 	c := e.conn()
@@ -546,7 +510,7 @@ func TestEOSPostgresRestart(t *testing.T) {
 	}
 	rows.Close()
 	e.expectExactlyOnce(want, 60*time.Second)
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 }
@@ -558,25 +522,25 @@ func TestEOSStandbyTakeover(t *testing.T) {
 	e := newEOSEnv(t)
 	active := e.startWith(true)
 	standby := e.startWith(false)
-	waitUntil(t, 20*time.Second, "second instance standing by", func() bool { return strings.Contains(standby.out.String(), "standby") })
+	harness.WaitFor(t, 20*time.Second, "second instance standing by", func() bool { return strings.Contains(standby.Out.String(), "standby") })
 	w := e.startWriter()
 	for i := 0; i < 2; i++ {
 		time.Sleep(1500 * time.Millisecond)
 		select {
-		case <-active.done:
-			t.Fatalf("the active instance exited %d while a standby waited (fenced?):\n%s", active.code, active.out.String())
+		case <-active.Done:
+			t.Fatalf("the active instance exited %d while a standby waited (fenced?):\n%s", active.Code, active.Out.String())
 		default:
 		}
-		active.stop(t, syscall.SIGKILL)
-		waitUntil(t, 30*time.Second, "standby took over", func() bool {
-			return strings.Contains(standby.out.String(), "replication started")
+		active.Stop(t, syscall.SIGKILL)
+		harness.WaitFor(t, 30*time.Second, "standby took over", func() bool {
+			return strings.Contains(standby.Out.String(), "replication started")
 		})
 		active, standby = standby, e.startWith(false)
 	}
 	time.Sleep(time.Second)
 	want := w.finish()
 	e.expectExactlyOnce(want, 60*time.Second)
-	if code := active.stop(t, syscall.SIGTERM); code != 0 {
+	if code := active.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 }

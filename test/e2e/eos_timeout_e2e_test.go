@@ -35,10 +35,10 @@ func TestEOSTransactionTimeoutStops(t *testing.T) {
 		t.Fatal("no committed position after the first transaction")
 	}
 	big, in := e.insertInTx(c, "big", 200_000)
-	if code := p.waitExit(t, 2*time.Minute); code != 1 {
-		t.Fatalf("exit %d, want 1; output:\n%s", code, p.out.String())
+	if code := p.WaitExit(t, 2*time.Minute, "the transaction timeout"); code != 1 {
+		t.Fatalf("exit %d, want 1; output:\n%s", code, p.Out.String())
 	}
-	out := p.out.String()
+	out := p.Out.String()
 	for _, want := range []string{"kafka.transaction_timeout (2s)", "raise kafka.transaction_timeout", "kafka.delivery: at_least_once"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("the error does not say %q:\n%s", want, out)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 // Huge source transactions (issue 13), black-box against the real binary, on both sources and in
@@ -112,10 +113,10 @@ func testLargeTxCrash(t *testing.T, cc crashCase) {
 			t.Fatalf("stored position %s covers the big transaction (%s) with only %d of its %d records in Kafka", pos, big.mark, inTopic, cc.rows)
 		}
 	}
-	waitUntil(t, 3*time.Minute, "records of the big transaction in Kafka", func() bool {
+	harness.WaitFor(t, 3*time.Minute, "records of the big transaction in Kafka", func() bool {
 		select {
-		case <-p.done:
-			t.Fatalf("outboxd exited %d while delivering the big transaction:\n%s", p.code, p.out.String())
+		case <-p.Done:
+			t.Fatalf("outboxd exited %d while delivering the big transaction:\n%s", p.Code, p.Out.String())
 		default:
 		}
 		noCover()
@@ -129,7 +130,7 @@ func testLargeTxCrash(t *testing.T, cc crashCase) {
 			}
 		}
 	}
-	p.stop(t, syscall.SIGKILL)
+	p.Stop(t, syscall.SIGKILL)
 	release()
 	hwm, lso := endOffsets(t, addr, bigTopic)
 	t.Logf("SIGKILL %v after the commit: %d of %d records in the topic, %d once the kill settled (read_committed end moved by %d)",
@@ -185,7 +186,7 @@ func testLargeTxCrash(t *testing.T, cc crashCase) {
 			t.Fatalf("exactly_once, franz-go read_committed: %d records, %d distinct, %d duplicates (want %d once each)", len(got), n, d, len(want))
 		}
 	}
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 	t.Logf("%s: %v", t.Name(), time.Since(t0).Round(time.Millisecond))
@@ -227,10 +228,10 @@ func testLargeTxChunked(t *testing.T, src string, eos bool) {
 	// Wait until reading stops: the counter has not moved for 2 s with rows of the big
 	// transaction taken and a produce refused.
 	last, since := -1, time.Now()
-	waitUntil(t, 2*time.Minute, "outboxd to stop taking rows while Kafka refuses them", func() bool {
+	harness.WaitFor(t, 2*time.Minute, "outboxd to stop taking rows while Kafka refuses them", func() bool {
 		select {
-		case <-p.done:
-			t.Fatalf("outboxd exited %d under the stall:\n%s", p.code, p.out.String())
+		case <-p.Done:
+			t.Fatalf("outboxd exited %d under the stall:\n%s", p.Code, p.Out.String())
 		default:
 		}
 		n := b.eventsRead()
@@ -250,16 +251,16 @@ func testLargeTxChunked(t *testing.T, src string, eos bool) {
 	// The loop may be inside a producer call that waits for the stalled broker (seen: exactly_once
 	// on a frozen Apache Kafka node) and acts on the signal when that returns: Kafka answers
 	// again once the stop has begun, or after 3 s.
-	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.Signal(syscall.SIGTERM)
 	began := false
 	for end := time.Now().Add(3 * time.Second); !began && time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		began = strings.Contains(p.out.String(), "stopping: no more reads")
+		began = strings.Contains(p.Out.String(), "stopping: no more reads")
 	}
 	release()
 	if !began {
 		t.Logf("SIGTERM: no %q line within 3 s of the signal with Kafka stalled (it comes once Kafka answers)", "stopping: no more reads")
 	}
-	if code := p.waitExitAfter(t, 40*time.Second, "SIGTERM"); code != 0 {
+	if code := p.WaitExit(t, 40*time.Second, "SIGTERM"); code != 0 {
 		t.Fatalf("SIGTERM in the middle of the transaction: exit %d, want 0 (a clean stop)", code)
 	}
 	pos := b.position()
@@ -279,10 +280,10 @@ func testLargeTxChunked(t *testing.T, src string, eos bool) {
 	}
 
 	p = b.start()
-	waitUntil(t, 3*time.Minute, "the stored position covers the big transaction ("+big.mark+")", func() bool {
+	harness.WaitFor(t, 3*time.Minute, "the stored position covers the big transaction ("+big.mark+")", func() bool {
 		select {
-		case <-p.done:
-			t.Fatalf("outboxd exited %d:\n%s", p.code, p.out.String())
+		case <-p.Done:
+			t.Fatalf("outboxd exited %d:\n%s", p.Code, p.Out.String())
 		default:
 		}
 		pos := b.position()
@@ -313,7 +314,7 @@ func testLargeTxChunked(t *testing.T, src string, eos bool) {
 	if eos && (dups != 0 || runs != 1 || len(counts) != chunkedRows+len(pre.ids())) {
 		t.Fatalf("exactly_once: %d duplicates, %d runs, %d distinct ids (want 0, 1, %d)", dups, runs, len(counts), chunkedRows+len(pre.ids()))
 	}
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 	t.Logf("%s: %v", t.Name(), time.Since(t0).Round(time.Millisecond))

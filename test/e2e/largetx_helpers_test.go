@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 // Helpers of the huge-transaction tests (largetx_e2e_test.go): one environment over either source
@@ -85,19 +86,19 @@ func newBigEnv(t *testing.T, src string, eos bool) *bigEnv {
 }
 
 // start runs outboxd (with extra environment variables) and waits until it streams.
-func (b *bigEnv) start(extraEnv ...string) *proc {
+func (b *bigEnv) start(extraEnv ...string) *harness.Proc {
 	b.t.Helper()
 	if b.pg != nil {
 		return b.pg.startWith(true, extraEnv...)
 	}
 	p := startProcEnv(b.t, b.my.cfgPath, extraEnv)
-	waitUntil(b.t, 30*time.Second, "binlog dump connected", func() bool {
+	harness.WaitFor(b.t, 30*time.Second, "binlog dump connected", func() bool {
 		select {
-		case <-p.done:
-			b.t.Fatalf("outboxd exited with %d:\n%s", p.code, p.out.String())
+		case <-p.Done:
+			b.t.Fatalf("outboxd exited with %d:\n%s", p.Code, p.Out.String())
 		default:
 		}
-		if !strings.Contains(p.out.String(), "mysql source opening") {
+		if !strings.Contains(p.Out.String(), "mysql source opening") {
 			return false
 		}
 		rows, _ := b.my.db.Query("", "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
@@ -244,7 +245,7 @@ func topicMeta(t *testing.T, addr, topic string, f func(*kgo.Client, context.Con
 func (b *bigEnv) waitCovered(x bigTx, d time.Duration, what string) {
 	b.t.Helper()
 	t0 := time.Now()
-	waitUntil(b.t, d, what+": the stored position covers the transaction ("+x.mark+")", func() bool { return x.covers(b.position()) })
+	harness.WaitFor(b.t, d, what+": the stored position covers the transaction ("+x.mark+")", func() bool { return x.covers(b.position()) })
 	b.t.Logf("%s: stored position covers it after %v", what, time.Since(t0).Round(time.Millisecond))
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 	"github.com/outboxd/outboxd/sink/kafka"
 )
 
@@ -53,17 +54,17 @@ http:
 }
 
 // start runs outboxd and waits until its binlog dump connection is registered.
-func (e *mysqlEnv) start() *proc {
+func (e *mysqlEnv) start() *harness.Proc {
 	e.t.Helper()
 	p := startProc(e.t, e.cfgPath)
-	waitUntil(e.t, 30*time.Second, "binlog dump connected", func() bool {
+	harness.WaitFor(e.t, 30*time.Second, "binlog dump connected", func() bool {
 		select {
-		case <-p.done:
-			e.t.Fatalf("outboxd exited with %d:\n%s", p.code, p.out.String())
+		case <-p.Done:
+			e.t.Fatalf("outboxd exited with %d:\n%s", p.Code, p.Out.String())
 		default:
 		}
 		// The log line proves this process (not a dead one's lingering dump thread) is connecting.
-		if !strings.Contains(p.out.String(), "mysql source opening") {
+		if !strings.Contains(p.Out.String(), "mysql source opening") {
 			return false
 		}
 		rows, _ := e.db.Query("", "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
@@ -187,10 +188,10 @@ func TestMariaDBDeliversSameRecordsAsPostgres(t *testing.T) {
 	if strings.Join(a, "\n") != strings.Join(b, "\n") {
 		t.Fatalf("records differ:\nMariaDB:\n%s\nPostgreSQL:\n%s", strings.Join(a, "\n"), strings.Join(b, "\n"))
 	}
-	if code := pm.stop(t, syscall.SIGTERM); code != 0 {
+	if code := pm.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("mysql outboxd SIGTERM exit %d", code)
 	}
-	pp.stop(t, syscall.SIGTERM)
+	pp.Stop(t, syscall.SIGTERM)
 }
 
 // TestMariaDBKillAndRestart: SIGKILL under a writer, restart from the stored position, no loss;
@@ -211,21 +212,21 @@ func TestMariaDBKillAndRestart(t *testing.T) {
 		e.write(txs)
 	}()
 	time.Sleep(300 * time.Millisecond)
-	p.stop(t, syscall.SIGKILL)
+	p.Stop(t, syscall.SIGKILL)
 	<-done
 	if b, err := os.ReadFile(e.offsets); err == nil {
 		t.Logf("stored at kill: %s", b)
 	}
 	p = e.start()
-	waitUntil(t, 60*time.Second, "every event delivered after SIGKILL", func() bool {
+	harness.WaitFor(t, 60*time.Second, "every event delivered after SIGKILL", func() bool {
 		return len(hasAll(testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, len(want), 2*time.Second), want)) == 0
 	})
 	// The killed instance may have delivered everything before its last position write: wait
 	// until this one stored the binlog end too, or the restart below re-delivers what the SIGKILL
 	// left unstored (at_least_once), which is not what it checks.
 	end := e.gtidNow()
-	waitUntil(t, 30*time.Second, "the position stored up to the binlog end", func() bool { return mariaSeq(e.storedPosition()) >= end })
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	harness.WaitFor(t, 30*time.Second, "the position stored up to the binlog end", func() bool { return mariaSeq(e.storedPosition()) >= end })
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 	before := len(testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, 0, 2*time.Second))
@@ -235,5 +236,5 @@ func TestMariaDBKillAndRestart(t *testing.T) {
 	if after != before {
 		t.Fatalf("a clean restart re-delivered %d records", after-before)
 	}
-	p.stop(t, syscall.SIGTERM)
+	p.Stop(t, syscall.SIGTERM)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 // Issue 11, MySQL/MariaDB cases 6-9 and 12-14: every row the binlog source reads is delivered,
@@ -91,7 +92,7 @@ func (e *mysqlEnv) deliverSome(table string, from, n int) int {
 		}
 	}
 	seq := e.gtidNow()
-	waitUntil(e.t, 30*time.Second, "rows delivered and stored", func() bool {
+	harness.WaitFor(e.t, 30*time.Second, "rows delivered and stored", func() bool {
 		d, _ := countDistinct(testenv.Consume(e.t, e.broker.Addr(), `outbox\.event\..*`, n, time.Second))
 		return d >= n && mariaSeq(e.storedPosition()) >= seq
 	})
@@ -100,14 +101,14 @@ func (e *mysqlEnv) deliverSome(table string, from, n int) int {
 
 // expectStop checks that p exited 1 with a message containing parts, and that the stored
 // position did not pass sequence number before (the last transaction before the offending one).
-func (e *mysqlEnv) expectStop(p *proc, before int, parts ...string) {
+func (e *mysqlEnv) expectStop(p *harness.Proc, before int, parts ...string) {
 	e.t.Helper()
-	if code := p.waitExitAfter(e.t, 30*time.Second, "the offending transaction"); code != 1 {
-		e.t.Fatalf("exit %d, want 1; output:\n%s", code, p.out.String())
+	if code := p.WaitExit(e.t, 30*time.Second, "the offending transaction"); code != 1 {
+		e.t.Fatalf("exit %d, want 1; output:\n%s", code, p.Out.String())
 	}
 	for _, part := range parts {
-		if !strings.Contains(p.out.String(), part) {
-			e.t.Fatalf("output lacks %q:\n%s", part, p.out.String())
+		if !strings.Contains(p.Out.String(), part) {
+			e.t.Fatalf("output lacks %q:\n%s", part, p.Out.String())
 		}
 	}
 	if got := mariaSeq(e.storedPosition()); got > before || got < 0 {
@@ -128,11 +129,11 @@ func TestMySQLLowerCaseTableNames(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitUntil(t, 30*time.Second, "5 rows of App.Outbox delivered", func() bool {
+	harness.WaitFor(t, 30*time.Second, "5 rows of App.Outbox delivered", func() bool {
 		d, _ := countDistinct(testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, 5, time.Second))
 		return d == 5
 	})
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 	out, code := runOut(t, "check", "-c", e.cfgPath)
@@ -284,7 +285,7 @@ func TestMySQLMinimalRowMetadata(t *testing.T) {
 	}
 	p := allowed.start()
 	allowed.deliverSome("app.outbox", 0, 1)
-	p.stop(t, syscall.SIGTERM)
+	p.Stop(t, syscall.SIGTERM)
 }
 
 // TestMySQLUTF16Key (case 14): aggregateid in utf16 (and type in utf32): the Kafka key is the
@@ -318,5 +319,5 @@ func TestMySQLUTF16Key(t *testing.T) {
 	if r.Topic != "outbox.event.order" {
 		t.Fatalf("topic %q, want outbox.event.order", r.Topic)
 	}
-	p.stop(t, syscall.SIGTERM)
+	p.Stop(t, syscall.SIGTERM)
 }

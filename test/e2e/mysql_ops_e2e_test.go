@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 // TestMariaDBCheckAndOffsets: check passes on a capture-ready MariaDB and names the fix on one
@@ -30,8 +31,8 @@ func TestMariaDBCheckAndOffsets(t *testing.T) {
 
 	p := e.start()
 	e.write(makeEvents(3))
-	waitUntil(t, 20*time.Second, "stored", func() bool { return len(readFile(e.offsets)) > 0 })
-	p.stop(t, syscall.SIGTERM)
+	harness.WaitFor(t, 20*time.Second, "stored", func() bool { return len(readFile(e.offsets)) > 0 })
+	p.Stop(t, syscall.SIGTERM)
 	out, code = runOut(t, "offsets", "show", "-c", e.cfgPath)
 	if code != 0 || !regexp.MustCompile(`stored position:\s+0-1-\d+`).MatchString(out) || !strings.Contains(out, "server position now:") ||
 		!strings.Contains(out, "stored position servable: yes") {
@@ -51,7 +52,7 @@ func TestMariaDBCheckAndOffsets(t *testing.T) {
 	rows, _ = e.db.Query("", "SHOW BINARY LOGS")
 	last := rows[len(rows)-1][0]
 	// The server keeps binlogs crash recovery may still need (binlog checkpoint) for a moment.
-	waitUntil(t, 20*time.Second, "binlogs purged", func() bool {
+	harness.WaitFor(t, 20*time.Second, "binlogs purged", func() bool {
 		if err := e.db.Exec(ctx, "", "PURGE BINARY LOGS TO '"+last+"'"); err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 // setStart replaces the source.mysql.start line of e's config ("" removes it).
@@ -49,23 +50,22 @@ func (e *mysqlEnv) stored() string {
 func (e *mysqlEnv) refused(what string) string {
 	e.t.Helper()
 	p := startProc(e.t, e.cfgPath)
-	waitUntil(e.t, 30*time.Second, what+": outboxd exits", func() bool {
+	harness.WaitFor(e.t, 30*time.Second, what+": outboxd exits", func() bool {
 		select {
-		case <-p.done:
+		case <-p.Done:
 			return true
 		default:
 		}
-		if strings.Contains(p.out.String(), "mysql source opening") {
-			p.cmd.Process.Kill()
-			<-p.done
-			e.t.Fatalf("%s: outboxd started reading instead of refusing:\n%s", what, p.out.String())
+		if strings.Contains(p.Out.String(), "mysql source opening") {
+			p.Kill()
+			e.t.Fatalf("%s: outboxd started reading instead of refusing:\n%s", what, p.Out.String())
 		}
 		return false
 	})
-	if p.code != 1 {
-		e.t.Fatalf("%s: exit %d, want 1:\n%s", what, p.code, p.out.String())
+	if p.Code != 1 {
+		e.t.Fatalf("%s: exit %d, want 1:\n%s", what, p.Code, p.Out.String())
 	}
-	return p.out.String()
+	return p.Out.String()
 }
 
 // events makes n single-row transactions with ids of their own (tag keeps them apart from
@@ -95,7 +95,7 @@ func idsOf(txs ...[][]event) []string {
 func (e *mysqlEnv) waitDelivered(want []string, what string) {
 	e.t.Helper()
 	var missing []string
-	waitUntil(e.t, 30*time.Second, what, func() bool {
+	harness.WaitFor(e.t, 30*time.Second, what, func() bool {
 		missing = hasAll(testenv.Consume(e.t, e.broker.Addr(), `outbox\.event\..*`, len(want), 2*time.Second), want)
 		return len(missing) == 0
 	})
@@ -118,7 +118,7 @@ func TestMySQLLostOffsetsRefused(t *testing.T) {
 	p := e.start()
 	e.write(before)
 	e.waitDelivered(idsOf(before), "rows of the first run delivered")
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 	e.write(during) // committed while outboxd is stopped
@@ -156,11 +156,11 @@ func TestMySQLLostOffsetsRefused(t *testing.T) {
 	e.write(after)
 	want := idsOf(before, during, after)
 	e.waitDelivered(want, "every row delivered with start: earliest")
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
-	if !strings.Contains(p.out.String(), "source.mysql.start: earliest") {
-		t.Errorf("the start is not logged:\n%s", p.out.String())
+	if !strings.Contains(p.Out.String(), "source.mysql.start: earliest") {
+		t.Errorf("the start is not logged:\n%s", p.Out.String())
 	}
 	if distinct, _ := countDistinct(testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, len(want), 2*time.Second)); distinct != len(want) {
 		t.Errorf("%d distinct records, want %d", distinct, len(want))
@@ -170,10 +170,10 @@ func TestMySQLLostOffsetsRefused(t *testing.T) {
 		t.Errorf("stored position %q lacks the binlog file and server identity", s)
 	}
 	p = e.start()
-	waitUntil(t, 10*time.Second, "start ignored (logged)", func() bool {
-		return strings.Contains(p.out.String(), "source.mysql.start applies only to a run without one and is ignored")
+	harness.WaitFor(t, 10*time.Second, "start ignored (logged)", func() bool {
+		return strings.Contains(p.Out.String(), "source.mysql.start applies only to a run without one and is ignored")
 	})
-	p.stop(t, syscall.SIGTERM)
+	p.Stop(t, syscall.SIGTERM)
 }
 
 // TestMySQLResetMasterRefused (case 11): outboxd delivers and stops; RESET MASTER restarts the
@@ -187,7 +187,7 @@ func TestMySQLResetMasterRefused(t *testing.T) {
 	first := events(11, 3)
 	e.write(first)
 	e.waitDelivered(idsOf(first), "rows before RESET MASTER delivered")
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 	stored := e.stored()
@@ -232,7 +232,7 @@ func TestMySQLResetMasterRefused(t *testing.T) {
 	later := events(13, 2)
 	e.write(later)
 	e.waitDelivered(idsOf(later), "rows after the fix delivered")
-	p.stop(t, syscall.SIGTERM)
+	p.Stop(t, syscall.SIGTERM)
 }
 
 // TestMySQLOldFormPositionResumes: a position stored by an older outboxd (the GTID alone, no
@@ -244,7 +244,7 @@ func TestMySQLOldFormPositionResumes(t *testing.T) {
 	first := events(21, 2)
 	e.write(first)
 	e.waitDelivered(idsOf(first), "first rows delivered")
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 	old, _, _ := strings.Cut(e.stored(), ";")
@@ -260,11 +260,11 @@ func TestMySQLOldFormPositionResumes(t *testing.T) {
 	third := events(23, 1)
 	e.write(third)
 	e.waitDelivered(idsOf(first, second, third), "rows written while running delivered")
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
-	if !strings.Contains(p.out.String(), "older form without the server's identity") {
-		t.Errorf("no notice about the old-form position:\n%s", p.out.String())
+	if !strings.Contains(p.Out.String(), "older form without the server's identity") {
+		t.Errorf("no notice about the old-form position:\n%s", p.Out.String())
 	}
 	if s := e.stored(); !strings.HasPrefix(s, "0-1-") || !strings.Contains(s, ";binlog=mysql-bin.") || !strings.HasSuffix(s, ";server_id=1") {
 		t.Errorf("the position stored after resuming is %q, want the form with binlog file and server identity", s)
@@ -284,7 +284,7 @@ func TestMySQLOtherServerRefused(t *testing.T) {
 	first := events(31, 2)
 	e.write(first)
 	e.waitDelivered(idsOf(first), "first rows delivered")
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 	other := testenv.NewMariaDB(t, testenv.MariaDBOptions{RowMetadata: true, ServerID: 7})
@@ -330,7 +330,7 @@ func TestMySQLNoPositionInKafkaStore(t *testing.T) {
 	e.setStart("earliest")
 	p := e.start()
 	e.waitDelivered(idsOf(before), "rows committed before the first run delivered")
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 }

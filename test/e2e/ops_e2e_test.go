@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 func runOut(t *testing.T, args ...string) (string, int) {
@@ -103,8 +104,8 @@ func TestOffsetsShowAndSet(t *testing.T) {
 	c := e.conn()
 	p := e.start()
 	e.insert(c, "a", 2)
-	waitUntil(t, 20*time.Second, "stored", func() bool { return e.storedPosition() != "" })
-	p.stop(t, syscall.SIGTERM)
+	harness.WaitFor(t, 20*time.Second, "stored", func() bool { return e.storedPosition() != "" })
+	p.Stop(t, syscall.SIGTERM)
 	stored := e.storedPosition()
 	out, code := runOut(t, "offsets", "show", "-c", e.cfgPath)
 	if code != 0 || !strings.Contains(out, "stored position:      "+stored) || !regexp.MustCompile(`confirmed_flush_lsn: \d+/[0-9A-F]+`).MatchString(out) ||
@@ -164,7 +165,7 @@ func TestMetricsAndHealth(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body)
 	}
-	waitUntil(t, 20*time.Second, "3 events produced in metrics", func() bool {
+	harness.WaitFor(t, 20*time.Second, "3 events produced in metrics", func() bool {
 		_, body := get("/metrics")
 		return strings.Contains(body, `outboxd_events_produced_total{topic="outbox.event.order"} 3`)
 	})
@@ -181,7 +182,7 @@ func TestMetricsAndHealth(t *testing.T) {
 	if code, body := get("/readyz"); code != 200 {
 		t.Errorf("/readyz %d %s", code, body)
 	}
-	p.stop(t, syscall.SIGTERM)
+	p.Stop(t, syscall.SIGTERM)
 }
 
 func readFile(p string) string { b, _ := os.ReadFile(p); return string(b) }

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 // partitionedOutboxDDL replaces testenv.OutboxDDL's table with the same columns, partitioned by
@@ -60,11 +61,11 @@ func walLSN(t *testing.T, c *pgx.Conn) string {
 // wantDelivered consumes until every id in want arrived, then checks nothing else did, every
 // record is on outbox.event.order, keyed by its aggregate id, and the stored position and the
 // slot reach after (all rows were delivered, nothing holds the slot back).
-func (e *env) wantDelivered(p *proc, c *pgx.Conn, want []string, after string) {
+func (e *env) wantDelivered(p *harness.Proc, c *pgx.Conn, want []string, after string) {
 	e.t.Helper()
 	got := testenv.Consume(e.t, e.broker.Addr(), `outbox\.event\..*`, len(want), 30*time.Second)
 	if missing := hasAll(got, want); len(missing) > 0 {
-		e.t.Fatalf("%d of %d rows missing (first: %v)\noutput:\n%s", len(missing), len(want), missing[:min(3, len(missing))], p.out.String())
+		e.t.Fatalf("%d of %d rows missing (first: %v)\noutput:\n%s", len(missing), len(want), missing[:min(3, len(missing))], p.Out.String())
 	}
 	if distinct, dups := countDistinct(got); distinct != len(want) || dups != 0 {
 		e.t.Errorf("%d distinct ids (%d duplicates), want %d", distinct, dups, len(want))
@@ -75,7 +76,7 @@ func (e *env) wantDelivered(p *proc, c *pgx.Conn, want []string, after string) {
 			break
 		}
 	}
-	waitUntil(e.t, 20*time.Second, "stored position and slot past the last insert", func() bool {
+	harness.WaitFor(e.t, 20*time.Second, "stored position and slot past the last insert", func() bool {
 		return lsn(e.t, e.storedPosition()) >= lsn(e.t, after) && lsn(e.t, e.slotConfirmed(c)) >= lsn(e.t, after)
 	})
 }
@@ -105,7 +106,7 @@ func TestPGPartitionedOutbox(t *testing.T) {
 		t.Fatalf("rows are in %d partitions, want 3", n)
 	}
 	e.wantDelivered(p, c, want, walLSN(t, c))
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Errorf("exit code %d after SIGTERM", code)
 	}
 }
@@ -181,14 +182,14 @@ func renamedOutbox(t *testing.T, oneTx bool) {
 	}
 
 	select {
-	case <-p.done:
+	case <-p.Done:
 	case <-time.After(30 * time.Second):
-		t.Fatalf("outboxd still runs 30s after the outbox table was renamed and replaced; output:\n%s", p.out.String())
+		t.Fatalf("outboxd still runs 30s after the outbox table was renamed and replaced; output:\n%s", p.Out.String())
 	}
-	if p.code != 1 {
-		t.Errorf("exit code %d, want 1", p.code)
+	if p.Code != 1 {
+		t.Errorf("exit code %d, want 1", p.Code)
 	}
-	out := p.out.String()
+	out := p.Out.String()
 	if !strings.Contains(out, "renamed") {
 		t.Errorf("output does not say the table was renamed:\n%s", out)
 	}

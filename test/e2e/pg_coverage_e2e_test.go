@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 func covLSN(t *testing.T, c *pgx.Conn) pglogrepl.LSN {
@@ -95,12 +96,12 @@ func covOnDemandOnly(t *testing.T, e *env) {
 }
 
 // deliverSome starts outboxd, delivers n rows and waits until their position is stored.
-func covDeliverSome(t *testing.T, e *env, c *pgx.Conn, n int) *proc {
+func covDeliverSome(t *testing.T, e *env, c *pgx.Conn, n int) *harness.Proc {
 	t.Helper()
 	p := e.start()
 	e.insert(c, "before", n)
 	testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, n, 20*time.Second)
-	waitUntil(t, 20*time.Second, "position stored", func() bool { return e.storedPosition() != "" })
+	harness.WaitFor(t, 20*time.Second, "position stored", func() bool { return e.storedPosition() != "" })
 	return p
 }
 
@@ -115,10 +116,10 @@ func TestPGCoverageRowFilterRefused(t *testing.T) {
 		t.Fatalf("check with a row filter: exit %d, want 1 with a FAIL naming the row filter and the fix:\n%s", code, out)
 	}
 	p := startProc(t, e.cfgPath)
-	if code := p.waitExitAfter(t, 20*time.Second, "run with a row filter"); code != 1 {
-		t.Fatalf("run: exit %d, want 1 (a refusal):\n%s", code, p.out.String())
+	if code := p.WaitExit(t, 20*time.Second, "run with a row filter"); code != 1 {
+		t.Fatalf("run: exit %d, want 1 (a refusal):\n%s", code, p.Out.String())
 	}
-	if s := p.out.String(); strings.Contains(s, "replication started") || !strings.Contains(s, "row filter") {
+	if s := p.Out.String(); strings.Contains(s, "replication started") || !strings.Contains(s, "row filter") {
 		t.Fatalf("run must refuse before streaming, naming the row filter:\n%s", s)
 	}
 	var slots int
@@ -140,12 +141,12 @@ func TestPGCoverageDropTableWhileRunning(t *testing.T) {
 	covExec(t, c, "ALTER PUBLICATION outboxd DROP TABLE public.outbox")
 	limit := covLSN(t, c)
 	e.insert(c, "missed", 3)
-	code := p.waitExitAfter(t, 10*time.Second, "after DROP TABLE from the publication")
+	code := p.WaitExit(t, 10*time.Second, "after DROP TABLE from the publication")
 	stopBusy()
 	if code != 1 {
-		t.Fatalf("exit %d, want 1:\n%s", code, p.out.String())
+		t.Fatalf("exit %d, want 1:\n%s", code, p.Out.String())
 	}
-	out := p.out.String()
+	out := p.Out.String()
 	for _, want := range []string{"was removed from publication", "re-publish", "pg_create_logical_replication_slot", "outboxd offsets set"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stop message lacks %q:\n%s", want, out)
@@ -156,10 +157,10 @@ func TestPGCoverageDropTableWhileRunning(t *testing.T) {
 	covExec(t, c, "ALTER PUBLICATION outboxd ADD TABLE public.outbox")
 	e.insert(c, "after", 1)
 	p2 := startProc(t, e.cfgPath)
-	if code := p2.waitExitAfter(t, 20*time.Second, "restart after ADD TABLE"); code != 1 {
-		t.Fatalf("restart after ADD TABLE: exit %d, want 1 (a refusal):\n%s", code, p2.out.String())
+	if code := p2.WaitExit(t, 20*time.Second, "restart after ADD TABLE"); code != 1 {
+		t.Fatalf("restart after ADD TABLE: exit %d, want 1 (a refusal):\n%s", code, p2.Out.String())
 	}
-	out = p2.out.String()
+	out = p2.Out.String()
 	// run's preflight refuses first (the slot is older than the table's new membership); Open
 	// would refuse the same way ("changed after the point replication slot ... decodes from").
 	if strings.Contains(out, "replication started") || !strings.Contains(out, "'s current membership") ||
@@ -190,12 +191,12 @@ func TestPGCoverageTableReplaced(t *testing.T) {
 			covExec(t, c, tc.sql)
 			limit := covLSN(t, c)
 			e.insert(c, "missed", 3)
-			code := p.waitExitAfter(t, 10*time.Second, "after the table was replaced")
+			code := p.WaitExit(t, 10*time.Second, "after the table was replaced")
 			stopBusy()
 			if code != 1 {
-				t.Fatalf("exit %d, want 1:\n%s", code, p.out.String())
+				t.Fatalf("exit %d, want 1:\n%s", code, p.Out.String())
 			}
-			if out := p.out.String(); !strings.Contains(out, "public.outbox") || !strings.Contains(out, "re-publish") {
+			if out := p.Out.String(); !strings.Contains(out, "public.outbox") || !strings.Contains(out, "re-publish") {
 				t.Errorf("stop message must name the table and the recovery:\n%s", out)
 			}
 			covNotPast(t, e, c, limit)
@@ -232,10 +233,10 @@ func TestPGCoverageShapeRefused(t *testing.T) {
 				t.Fatalf("check: exit %d, want 1 with a FAIL saying %q:\n%s", code, tc.want, out)
 			}
 			p := startProc(t, e.cfgPath)
-			if code := p.waitExitAfter(t, 20*time.Second, "run"); code != 1 {
-				t.Fatalf("run: exit %d, want 1 (a refusal):\n%s", code, p.out.String())
+			if code := p.WaitExit(t, 20*time.Second, "run"); code != 1 {
+				t.Fatalf("run: exit %d, want 1 (a refusal):\n%s", code, p.Out.String())
 			}
-			if s := p.out.String(); strings.Contains(s, "replication started") || !strings.Contains(s, tc.want) {
+			if s := p.Out.String(); strings.Contains(s, "replication started") || !strings.Contains(s, tc.want) {
 				t.Fatalf("run must refuse before streaming, saying %q:\n%s", tc.want, s)
 			}
 			covExec(t, c, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots")
@@ -257,10 +258,10 @@ func TestPGCoverageSlotBeforePublication(t *testing.T) {
 	}
 	start := time.Now()
 	p := startProc(t, e.cfgPath)
-	if code := p.waitExitAfter(t, 15*time.Second, "run with a slot older than the publication"); code != 1 {
-		t.Fatalf("exit %d, want 1 (a refusal):\n%s", code, p.out.String())
+	if code := p.WaitExit(t, 15*time.Second, "run with a slot older than the publication"); code != 1 {
+		t.Fatalf("exit %d, want 1 (a refusal):\n%s", code, p.Out.String())
 	}
-	out = p.out.String()
+	out = p.Out.String()
 	if !strings.Contains(out, "pg_drop_replication_slot('outboxd')") || strings.Contains(out, "reconnecting") || strings.Contains(out, "retrying") {
 		t.Fatalf("want a refusal naming the fix (drop the slot), no retries:\n%s", out)
 	}
@@ -294,7 +295,7 @@ func TestPGCoverageTwoTablesOneDropped(t *testing.T) {
 	e.insertInto(c, "public.outbox", "agg-a", "", 2)
 	e.insertInto(c, "public.outbox2", "agg-b", "", 2)
 	testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, 4, 20*time.Second)
-	waitUntil(t, 20*time.Second, "position stored", func() bool { return e.storedPosition() != "" })
+	harness.WaitFor(t, 20*time.Second, "position stored", func() bool { return e.storedPosition() != "" })
 
 	covExec(t, c, "ALTER PUBLICATION outboxd DROP TABLE public.outbox2")
 	limit := covLSN(t, c)
@@ -302,18 +303,18 @@ func TestPGCoverageTwoTablesOneDropped(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for exited := false; !exited; {
 		select {
-		case <-p.done:
+		case <-p.Done:
 			exited = true
 		default:
 			if time.Now().After(deadline) {
-				t.Fatalf("outboxd still running 10s after a table left the publication:\n%s", p.out.String())
+				t.Fatalf("outboxd still running 10s after a table left the publication:\n%s", p.Out.String())
 			}
 			e.insertInto(c, "public.outbox", "agg-flowing", "", 1) // the other table's rows keep coming
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	if p.code != 1 || !strings.Contains(p.out.String(), "public.outbox2 was removed from publication") {
-		t.Fatalf("exit %d, want 1 naming public.outbox2:\n%s", p.code, p.out.String())
+	if p.Code != 1 || !strings.Contains(p.Out.String(), "public.outbox2 was removed from publication") {
+		t.Fatalf("exit %d, want 1 naming public.outbox2:\n%s", p.Code, p.Out.String())
 	}
 	covNotPast(t, e, c, limit)
 }
@@ -330,10 +331,10 @@ func TestPGCoverageNewInheritanceChild(t *testing.T) {
 	limit := covLSN(t, c)
 	e.insertInto(c, "public.outbox_archive", "agg-missed", "", 2)
 	e.insertInto(c, "public.outbox", "agg-parent", "", 1)
-	if code := p.waitExitAfter(t, 10*time.Second, "after a new inheritance child"); code != 1 {
-		t.Fatalf("exit %d, want 1:\n%s", code, p.out.String())
+	if code := p.WaitExit(t, 10*time.Second, "after a new inheritance child"); code != 1 {
+		t.Fatalf("exit %d, want 1:\n%s", code, p.Out.String())
 	}
-	if out := p.out.String(); !strings.Contains(out, "public.outbox_archive") {
+	if out := p.Out.String(); !strings.Contains(out, "public.outbox_archive") {
 		t.Errorf("stop message must name the child:\n%s", out)
 	}
 	covNotPast(t, e, c, limit)
@@ -357,8 +358,8 @@ func TestPGCoveragePartitionedNeedsViaRoot(t *testing.T) {
 		t.Fatalf("check: exit %d, want a FAIL naming publish_via_partition_root:\n%s", code, out)
 	}
 	p := startProc(t, e.cfgPath)
-	if code := p.waitExitAfter(t, 20*time.Second, "run"); code != 1 || strings.Contains(p.out.String(), "replication started") {
-		t.Fatalf("run: exit %d:\n%s", code, p.out.String())
+	if code := p.WaitExit(t, 20*time.Second, "run"); code != 1 || strings.Contains(p.Out.String(), "replication started") {
+		t.Fatalf("run: exit %d:\n%s", code, p.Out.String())
 	}
 	covExec(t, c, "DROP PUBLICATION outboxd")
 	out, code = runOut(t, "check", "-c", e.cfgPath)

@@ -35,7 +35,7 @@ func TestDLQRowKeepsTheBytes(t *testing.T) {
 	}
 	dlq := testenv.Consume(t, e.broker.Addr(), `outboxd\.dlq`, 1, 20*time.Second)
 	if len(dlq) != 1 || dlq[0].Header("outboxd.error.stage") != "transform" {
-		t.Fatalf("dead letters %+v\n%s", dlq, p.out.String())
+		t.Fatalf("dead letters %+v\n%s", dlq, p.Out.String())
 	}
 	var row map[string]json.RawMessage
 	if err := json.Unmarshal(dlq[0].Value, &row); err != nil {
@@ -83,7 +83,7 @@ func TestDLQRowKeepsTheBytes(t *testing.T) {
 	if len(got) != 1 || !bytes.Equal(got[0].Value, blob) || string(got[0].Key) != "k1" || got[0].Header("id") != id {
 		t.Fatalf("replayed record %+v, want value %x key k1 id %s", got, blob, id)
 	}
-	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 // The password of the secrets tests holds each of @ : / % # ? (and, for PostgreSQL's key=value
@@ -109,22 +110,22 @@ func TestSecretsSpecialPasswordPostgres(t *testing.T) {
 			t.Errorf("%s: check exit %d, leaks %v:\n%s", f.name, code, leaked(out), out)
 		}
 		p := startProc(t, e.cfgPath)
-		waitUntil(t, 30*time.Second, f.name+": replication started", func() bool {
+		harness.WaitFor(t, 30*time.Second, f.name+": replication started", func() bool {
 			select {
-			case <-p.done:
-				t.Fatalf("%s: outboxd exited %d:\n%s", f.name, p.code, p.out.String())
+			case <-p.Done:
+				t.Fatalf("%s: outboxd exited %d:\n%s", f.name, p.Code, p.Out.String())
 			default:
 			}
-			return strings.Contains(p.out.String(), "replication started")
+			return strings.Contains(p.Out.String(), "replication started")
 		})
 		ids := e.insert(c, f.name, 1)
-		waitUntil(t, 20*time.Second, f.name+": delivered", func() bool {
+		harness.WaitFor(t, 20*time.Second, f.name+": delivered", func() bool {
 			return hasAll(testenv.Consume(t, e.broker.Addr(), `outbox\.event\.order`, 0, 300*time.Millisecond), ids) == nil
 		})
-		if code := p.stop(t, syscall.SIGTERM); code != 0 {
+		if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 			t.Errorf("%s: SIGTERM exit %d", f.name, code)
 		}
-		out = p.out.String()
+		out = p.Out.String()
 		if line := startingLine(out); !strings.Contains(line, want+" ") || leaked(out) != nil {
 			t.Errorf("%s: starting line %q (want %s), leaks %v in the output:\n%s", f.name, line, want, leaked(out), out)
 		}
@@ -162,13 +163,13 @@ func TestSecretsSpecialPasswordMySQL(t *testing.T) {
 		p := e.start()
 		id := fmt.Sprintf("%08x-0000-4000-8000-%012x", 77+i, 1)
 		e.write([][]event{{{id: id, agg: "order", key: "k", typ: "created", payload: `{"n": 1}`}}})
-		waitUntil(t, 20*time.Second, f.name+": delivered", func() bool {
+		harness.WaitFor(t, 20*time.Second, f.name+": delivered", func() bool {
 			return hasAll(testenv.Consume(t, e.broker.Addr(), `outbox\.event\.order`, 0, 300*time.Millisecond), []string{id}) == nil
 		})
-		if code := p.stop(t, syscall.SIGTERM); code != 0 {
+		if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 			t.Errorf("%s: SIGTERM exit %d", f.name, code)
 		}
-		out = p.out.String()
+		out = p.Out.String()
 		if line := startingLine(out); !strings.Contains(line, want+" ") || leaked(out) != nil {
 			t.Errorf("%s: starting line %q (want %s), leaks %v in the output:\n%s", f.name, line, want, leaked(out), out)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 // Signals and stops (issue 11 cases 17 and 18), black-box against the binary.
@@ -39,10 +40,10 @@ func (e *env) insertInTx(c *pgx.Conn, agg string, n int) ([]string, string) {
 func (e *env) deliveredAndStored(agg string, n int) string {
 	e.t.Helper()
 	ids, in := e.insertInTx(e.conn(), agg, n)
-	waitUntil(e.t, 20*time.Second, "delivered", func() bool {
+	harness.WaitFor(e.t, 20*time.Second, "delivered", func() bool {
 		return hasAll(testenv.Consume(e.t, e.broker.Addr(), `outbox\.event\..*`, 0, 300*time.Millisecond), ids) == nil
 	})
-	waitUntil(e.t, 10*time.Second, "stored", func() bool { return lsn(e.t, e.storedPosition()) > lsn(e.t, in) })
+	harness.WaitFor(e.t, 10*time.Second, "stored", func() bool { return lsn(e.t, e.storedPosition()) > lsn(e.t, in) })
 	return in
 }
 
@@ -61,22 +62,22 @@ func TestSIGHUPDrainsAndExits0(t *testing.T) {
 	h := e.stallProduce("outbox.event.order")
 	c := e.conn()
 	held, last := e.insertInTx(c, "held", 3)
-	waitUntil(t, 10*time.Second, "the held rows produced", h.reached)
-	p.cmd.Process.Signal(syscall.SIGHUP)
-	waitUntil(t, 10*time.Second, "the stop begins", func() bool {
+	harness.WaitFor(t, 10*time.Second, "the held rows produced", h.reached)
+	p.Signal(syscall.SIGHUP)
+	harness.WaitFor(t, 10*time.Second, "the stop begins", func() bool {
 		select {
-		case <-p.done:
-			t.Fatalf("outboxd exited %d at SIGHUP, before draining:\n%s", p.code, p.out.String())
+		case <-p.Done:
+			t.Fatalf("outboxd exited %d at SIGHUP, before draining:\n%s", p.Code, p.Out.String())
 		default:
 		}
-		return strings.Contains(p.out.String(), "stopping: no more reads")
+		return strings.Contains(p.Out.String(), "stopping: no more reads")
 	})
 	h.release()
-	if code := p.stop(t, syscall.SIGHUP); code != 0 {
-		t.Fatalf("SIGHUP: exit %d, want 0:\n%s", code, p.out.String())
+	if code := p.Stop(t, syscall.SIGHUP); code != 0 {
+		t.Fatalf("SIGHUP: exit %d, want 0:\n%s", code, p.Out.String())
 	}
-	if !strings.Contains(p.out.String(), "outboxd stopped") {
-		t.Errorf("no clean-stop line:\n%s", p.out.String())
+	if !strings.Contains(p.Out.String(), "outboxd stopped") {
+		t.Errorf("no clean-stop line:\n%s", p.Out.String())
 	}
 	if missing := hasAll(testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, 5, 10*time.Second), held); missing != nil {
 		t.Errorf("rows in flight at SIGHUP not delivered: %v", missing)
@@ -92,33 +93,20 @@ func TestSIGHUPDrainsAndExits0(t *testing.T) {
 
 	// Started with SIGHUP ignored (nohup): it stays ignored, outboxd keeps running and
 	// delivering; SIGTERM still stops it cleanly.
-	q := &proc{out: &syncBuf{}, done: make(chan struct{})}
-	q.cmd = exec.Command("/bin/sh", "-c", `trap '' HUP; exec "$0" run -c "$1"`, binPath, e.cfgPath)
-	q.cmd.Stdout, q.cmd.Stderr = q.out, q.out
-	if err := q.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		err := q.cmd.Wait()
-		if ee, ok := err.(*exec.ExitError); ok {
-			q.code = ee.ExitCode()
-		}
-		close(q.done)
-	}()
-	t.Cleanup(func() { q.cmd.Process.Kill(); <-q.done })
-	waitUntil(t, 30*time.Second, "replication started (nohup)", func() bool { return strings.Contains(q.out.String(), "replication started") })
-	q.cmd.Process.Signal(syscall.SIGHUP)
+	q := harness.Start(t, "/bin/sh", []string{"-c", `trap '' HUP; exec "$0" run -c "$1"`, binPath, e.cfgPath}, harness.Options{Name: "outboxd (nohup)"})
+	harness.WaitFor(t, 30*time.Second, "replication started (nohup)", func() bool { return strings.Contains(q.Out.String(), "replication started") })
+	q.Signal(syscall.SIGHUP)
 	ids, _ := e.insertInTx(c, "nohup", 1)
-	waitUntil(t, 20*time.Second, "delivered after an ignored SIGHUP", func() bool {
+	harness.WaitFor(t, 20*time.Second, "delivered after an ignored SIGHUP", func() bool {
 		select {
-		case <-q.done:
-			t.Fatalf("outboxd started with SIGHUP ignored exited %d at SIGHUP:\n%s", q.code, q.out.String())
+		case <-q.Done:
+			t.Fatalf("outboxd started with SIGHUP ignored exited %d at SIGHUP:\n%s", q.Code, q.Out.String())
 		default:
 		}
 		return hasAll(testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, 0, 300*time.Millisecond), ids) == nil
 	})
-	if code := q.stop(t, syscall.SIGTERM); code != 0 {
-		t.Fatalf("SIGTERM after an ignored SIGHUP: exit %d\n%s", code, q.out.String())
+	if code := q.Stop(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("SIGTERM after an ignored SIGHUP: exit %d\n%s", code, q.Out.String())
 	}
 }
 
@@ -128,10 +116,10 @@ func TestSIGQUITStopsGracefully(t *testing.T) {
 	e := newEnv(t, "")
 	p := e.start()
 	e.deliveredAndStored("quit", 2)
-	if code := p.stop(t, syscall.SIGQUIT); code != 0 {
-		t.Fatalf("SIGQUIT: exit %d, want 0:\n%s", code, p.out.String())
+	if code := p.Stop(t, syscall.SIGQUIT); code != 0 {
+		t.Fatalf("SIGQUIT: exit %d, want 0:\n%s", code, p.Out.String())
 	}
-	out := p.out.String()
+	out := p.Out.String()
 	if !strings.Contains(out, "goroutine ") || !strings.Contains(out, "outboxd stopped") {
 		t.Errorf("want a goroutine dump and the clean-stop line:\n%s", out)
 	}
@@ -162,11 +150,11 @@ func TestSIGPIPEOnStderrDoesNotKill(t *testing.T) {
 		done <- code
 	}()
 	t.Cleanup(func() { cmd.Process.Kill() })
-	out := &syncBuf{}
+	out := &harness.SyncBuf{}
 	copied := make(chan struct{})
 	go func() { io.Copy(out, r); close(copied) }()
 	c := e.conn()
-	waitUntil(t, 30*time.Second, "replication started", func() bool {
+	harness.WaitFor(t, 30*time.Second, "replication started", func() bool {
 		var active bool
 		c.QueryRow(context.Background(), "SELECT active FROM pg_replication_slots WHERE slot_name = 'outboxd'").Scan(&active)
 		return active && strings.Contains(out.String(), "replication started")
@@ -186,7 +174,7 @@ func TestSIGPIPEOnStderrDoesNotKill(t *testing.T) {
 	if dlq := testenv.Consume(t, e.broker.Addr(), `outboxd\.dlq`, 1, 10*time.Second); len(dlq) != 1 || dlq[0].Header("id") != poison[0] {
 		t.Fatalf("dead letters %v", ids(dlq))
 	}
-	waitUntil(t, 10*time.Second, "position stored past the rows", func() bool { return lsn(t, e.storedPosition()) >= lsn(t, walEnd) })
+	harness.WaitFor(t, 10*time.Second, "position stored past the rows", func() bool { return lsn(t, e.storedPosition()) >= lsn(t, walEnd) })
 	select {
 	case code := <-done:
 		t.Fatalf("outboxd died with stderr gone (exit %d)", code)
@@ -218,25 +206,25 @@ func TestStopWithKafkaDownIsOneBudget(t *testing.T) {
 	e.brokerGone()
 	e.insert(c, "stuck", 3)
 	walEnd := e.walLSN(c)
-	waitUntil(t, 10*time.Second, "the walsender sent the new rows", func() bool {
+	harness.WaitFor(t, 10*time.Second, "the walsender sent the new rows", func() bool {
 		var sent *string
 		c.QueryRow(context.Background(), "SELECT sent_lsn::text FROM pg_stat_replication LIMIT 1").Scan(&sent)
 		return sent != nil && lsn(t, *sent) >= lsn(t, walEnd)
 	})
 	signalled := time.Now()
-	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.Signal(syscall.SIGTERM)
 	select {
-	case <-p.done:
+	case <-p.Done:
 	case <-time.After(4 * budget):
-		t.Fatalf("no exit %v after SIGTERM:\n%s", 4*budget, p.out.String())
+		t.Fatalf("no exit %v after SIGTERM:\n%s", 4*budget, p.Out.String())
 	}
 	took := time.Since(signalled)
 	t.Logf("the stop took %v (shutdown_timeout %v)", took, budget)
 	if took > budget*16/10 {
 		t.Errorf("the stop took %v with shutdown_timeout %v: want one budget (< %v)", took, budget, budget*16/10)
 	}
-	if p.code != 1 || !strings.Contains(p.out.String(), "shutdown_timeout") {
-		t.Errorf("exit %d, want 1 naming shutdown_timeout:\n%s", p.code, p.out.String())
+	if p.Code != 1 || !strings.Contains(p.Out.String(), "shutdown_timeout") {
+		t.Errorf("exit %d, want 1 naming shutdown_timeout:\n%s", p.Code, p.Out.String())
 	}
 	if s := e.storedPosition(); lsn(t, s) >= lsn(t, walEnd) || lsn(t, s) < lsn(t, storedBefore) {
 		t.Errorf("stored position %s: want the acked prefix (>= %s, before the unacked rows ending at %s)", s, storedBefore, walEnd)
