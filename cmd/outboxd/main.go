@@ -112,7 +112,7 @@ func parseAndLoad(fs *flag.FlagSet, name string, args []string, stderr io.Writer
 		fmt.Fprintf(stderr, "outboxd %s: need -c FILE and no other arguments\n", name)
 		return nil, 2
 	}
-	cfg, err := config.Load(*path)
+	cfg, err := app.Load(*path) // config.Load, then the source adapter's checks
 	if err != nil {
 		fmt.Fprintf(stderr, "outboxd: %v\n", err)
 		return nil, 2

@@ -12,16 +12,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pglogrepl"
-
 	"github.com/outboxd/outboxd/internal/config"
 	"github.com/outboxd/outboxd/internal/metrics"
 	"github.com/outboxd/outboxd/internal/pipeline"
 	"github.com/outboxd/outboxd/offsets"
 	"github.com/outboxd/outboxd/sink/kafka"
 	"github.com/outboxd/outboxd/source"
-	"github.com/outboxd/outboxd/source/mysql"
-	"github.com/outboxd/outboxd/source/postgres"
 	"github.com/outboxd/outboxd/transform/outbox"
 )
 
@@ -34,23 +30,6 @@ func NewLogger(c config.Log, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
-}
-
-// NewSource returns a constructor of the configured source adapter.
-func NewSource(c *config.Config, log *slog.Logger) func() source.Source {
-	switch c.Source.Type {
-	case "mysql":
-		return func() source.Source {
-			return mysql.New(mysqlConfig(c), log)
-		}
-	default:
-		return func() source.Source {
-			return postgres.New(postgres.Config{DSN: c.Source.DSN, Tables: c.Source.Tables, Slot: c.Source.Postgres.Slot,
-				Publication: c.Source.Postgres.Publication, StandbyTimeout: c.Source.Postgres.StatusInterval,
-				HeartbeatInterval: c.Source.Postgres.HeartbeatInterval, Columns: postgresColumns(c),
-				CoverageCheckInterval: c.Source.Postgres.CoverageCheckInterval}, log)
-		}
-	}
 }
 
 // KafkaConfig maps the kafka section to the producer's config.
@@ -89,20 +68,23 @@ func Store(c *config.Config) (offsets.Store, error) {
 	}
 }
 
-// SourceName identifies the pipeline's source in stored offsets.
+// SourceName identifies the pipeline's source in stored offsets (the adapter's Name:
+// "postgres:<slot>", "mysql:<server_id>"); "" for an unknown source.type.
 func SourceName(c *config.Config) string {
-	if c.Source.Type == "mysql" {
-		return fmt.Sprintf("mysql:%d", c.Source.MySQL.ServerID)
+	if a, ok := newAdapter(c, nil); ok {
+		return a.Name()
 	}
-	return "postgres:" + c.Source.Postgres.Slot
+	return ""
 }
 
 // PipelineID identifies the pipeline: its key in offsets.topic (offsets.key overrides).
-func PipelineID(c *config.Config) string {
+func PipelineID(c *config.Config) string { return pipelineID(c, SourceName(c)) }
+
+func pipelineID(c *config.Config, sourceName string) string {
 	if c.Offsets.Key != "" {
 		return c.Offsets.Key
 	}
-	return SourceName(c)
+	return sourceName
 }
 
 // TransactionalID is the exactly_once producer's transactional.id (kafka.transactional_id
@@ -116,8 +98,12 @@ func TransactionalID(c *config.Config) string {
 
 // Run runs the pipeline of c until ctx ends (graceful stop) or a fatal error.
 func Run(ctx context.Context, c *config.Config, log *slog.Logger) error {
-	secrets := secretsOf(c)
-	if err := Preflight(ctx, c, log); err != nil {
+	ad, err := adapterFor(c, log)
+	if err != nil {
+		return err
+	}
+	secrets := secretsOf(c, ad)
+	if err := preflight(ctx, c, ad, log); err != nil {
 		return err
 	}
 	router, err := Router(c)
@@ -137,26 +123,28 @@ func Run(ctx context.Context, c *config.Config, log *slog.Logger) error {
 		return fmt.Errorf("http.listen %s: %w", c.HTTP.Listen, err)
 	}
 	// Hot standby (standby.go): wait while another instance of this pipeline is active.
-	return runStandby(ctx, c, log, m, func(ctx context.Context) error { return runActive(ctx, c, log, m, store, router, secrets) })
+	return runStandby(ctx, ad, log, m, secrets, func(ctx context.Context) error {
+		return runActive(ctx, c, ad, log, m, store, router, secrets)
+	})
 }
 
 // runActive runs the pipeline while this instance is the active one.
-func runActive(ctx context.Context, c *config.Config, log *slog.Logger, m *metrics.Metrics, store offsets.Store, router *outbox.Router, secrets []string) error {
+func runActive(ctx context.Context, c *config.Config, ad adapter, log *slog.Logger, m *metrics.Metrics, store offsets.Store, router *outbox.Router, secrets []string) error {
 	if c.Kafka.Delivery == "exactly_once" {
-		return runExactlyOnce(ctx, c, log, store.(*kafka.OffsetStore), router, m, secrets)
+		return runExactlyOnce(ctx, c, ad, log, store.(*kafka.OffsetStore), router, m, secrets)
 	}
 	prod, err := kafka.New(KafkaConfig(c), log)
 	if err != nil {
 		return fmt.Errorf("kafka producer (kafka.brokers %s): %s", strings.Join(c.Kafka.Brokers, ","), Scrub(err.Error(), secrets...))
 	}
-	log.Info("starting outboxd", "source", c.Source.Type, "dsn", RedactDSN(c.Source.Type, c.Source.DSN), "tables", c.Source.Tables,
+	log.Info("starting outboxd", "source", c.Source.Type, "dsn", ad.RedactedDSN(), "tables", c.Source.Tables,
 		"brokers", c.Kafka.Brokers, "delivery", c.Kafka.Delivery, "offsets", c.Offsets.Store)
 	rate, err := config.ParseRate(c.Kafka.DLQMaxRate)
 	if err != nil {
 		return &config.Error{Key: "kafka.dlq_max_rate", Msg: err.Error()}
 	}
 	breaker := pipeline.Breaker{Max: rate.Max, Window: rate.Window}
-	newSource := activeSource(ctx, NewSource(c, log))
+	newSource := activeSource(ctx, ad, m)
 	var current atomic.Pointer[source.Source]
 	go reportLag(ctx, &current, m)
 	opts := pipeline.Options{
@@ -181,7 +169,7 @@ func runActive(ctx context.Context, c *config.Config, log *slog.Logger, m *metri
 
 // runExactlyOnce runs kafka.delivery exactly_once: transactional producer, position inside the
 // Kafka transaction (internal/pipeline/eos.go).
-func runExactlyOnce(ctx context.Context, c *config.Config, log *slog.Logger, store *kafka.OffsetStore,
+func runExactlyOnce(ctx context.Context, c *config.Config, ad adapter, log *slog.Logger, store *kafka.OffsetStore,
 	router *outbox.Router, m *metrics.Metrics, secrets []string) error {
 	rate, err := config.ParseRate(c.Kafka.DLQMaxRate)
 	if err != nil {
@@ -193,10 +181,10 @@ func runExactlyOnce(ctx context.Context, c *config.Config, log *slog.Logger, sto
 		return err
 	}
 	txnID := TransactionalID(c)
-	log.Info("starting outboxd", "source", c.Source.Type, "dsn", RedactDSN(c.Source.Type, c.Source.DSN), "tables", c.Source.Tables,
+	log.Info("starting outboxd", "source", c.Source.Type, "dsn", ad.RedactedDSN(), "tables", c.Source.Tables,
 		"brokers", c.Kafka.Brokers, "delivery", c.Kafka.Delivery, "offsets", c.Offsets.Store, "offsets_topic", c.Offsets.Topic,
-		"pipeline_id", PipelineID(c), "transactional_id", txnID, "transaction_timeout", c.Kafka.TransactionTimeout)
-	newSource := activeSource(ctx, NewSource(c, log))
+		"pipeline_id", pipelineID(c, ad.Name()), "transactional_id", txnID, "transaction_timeout", c.Kafka.TransactionTimeout)
+	newSource := activeSource(ctx, ad, m)
 	var current atomic.Pointer[source.Source]
 	go reportLag(ctx, &current, m)
 	err = pipeline.RunExactlyOnce(ctx, pipeline.EOSOptions{
@@ -224,8 +212,8 @@ func runExactlyOnce(ctx context.Context, c *config.Config, log *slog.Logger, sto
 	return nil
 }
 
-// reportLag sets outboxd_source_lag_bytes from the PostgreSQL source's view of the server's WAL
-// end and the confirmed LSN, every few seconds.
+// reportLag sets outboxd_source_lag_bytes from the current source's LagBytes (sources that
+// know it: lagReporter), every few seconds.
 func reportLag(ctx context.Context, current *atomic.Pointer[source.Source], m *metrics.Metrics) {
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
@@ -236,22 +224,20 @@ func reportLag(ctx context.Context, current *atomic.Pointer[source.Source], m *m
 		case <-t.C:
 		}
 		if sp := current.Load(); sp != nil {
-			if pg, ok := (*sp).(interface {
-				Progress() (pglogrepl.LSN, pglogrepl.LSN)
-			}); ok {
-				end, conf := pg.Progress()
-				if end >= conf && conf > 0 {
-					m.SetLagBytes(int64(end - conf))
+			if lr, ok := (*sp).(lagReporter); ok {
+				if n, ok := lr.LagBytes(); ok {
+					m.SetLagBytes(n)
 				}
 			}
 		}
 	}
 }
 
-func secretsOf(c *config.Config) []string {
+// secretsOf are the secrets of c scrubbed from errors: the SASL password and source.dsn's.
+func secretsOf(c *config.Config, a opener) []string {
 	var s []string
 	if c.Kafka.SASL != nil {
 		s = append(s, c.Kafka.SASL.Password)
 	}
-	return append(s, DSNSecrets(c.Source.Type, c.Source.DSN)...)
+	return append(s, a.Secrets()...)
 }

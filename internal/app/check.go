@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/internal/config"
-	"github.com/outboxd/outboxd/source/postgres"
+	"github.com/outboxd/outboxd/offsets"
+	"github.com/outboxd/outboxd/source"
 )
 
 // CheckResult is one preflight line: OK name, or FAIL name: reason — fix.
@@ -30,11 +31,11 @@ func (r CheckResult) String() string {
 	return fmt.Sprintf("FAIL %s: %s — %s", r.Name, r.Reason, r.Fix)
 }
 
-// Preflight runs the same checks as `outboxd check` and returns an error naming every FAIL.
+// preflight runs the same checks as `outboxd check` and returns an error naming every FAIL.
 // run refuses to start on a FAIL.
-func Preflight(ctx context.Context, c *config.Config, log *slog.Logger) error {
+func preflight(ctx context.Context, c *config.Config, ad adapter, log *slog.Logger) error {
 	var buf strings.Builder
-	if Check(ctx, c, &buf) {
+	if check(ctx, c, ad, &buf) {
 		return nil
 	}
 	var fails []string
@@ -48,21 +49,33 @@ func Preflight(ctx context.Context, c *config.Config, log *slog.Logger) error {
 }
 
 // Check runs every preflight check of the contract and writes one line per check to w. It
-// returns false when any check failed.
+// returns false when any check failed. A config the source adapter refuses (see Validate) is
+// one FAIL line.
 func Check(ctx context.Context, c *config.Config, w io.Writer) bool {
+	ad, err := adapterFor(c, nil)
+	if err != nil {
+		fmt.Fprintln(w, CheckResult{Name: "config", Reason: strings.TrimPrefix(err.Error(), "config: "), Fix: "fix the config file"})
+		return false
+	}
+	return check(ctx, c, ad, w)
+}
+
+func check(ctx context.Context, c *config.Config, ad adapter, w io.Writer) bool {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var results []CheckResult
-	switch c.Source.Type {
-	case "postgres":
-		results = append(results, checkPostgres(ctx, c)...)
-	case "mysql":
-		results = append(results, checkMySQL(ctx, c)...)
-		results = append(results, checkMySQLStart(ctx, c)...) // mysqlstart.go
+	// Positions in offsets.store kafka are not read here: reading them may wait for a
+	// transaction of a crashed exactly_once producer, which only the pipeline's own producer ends.
+	var stored func(context.Context) (source.Position, error)
+	if c.Offsets.Store == "file" {
+		stored = (&offsets.FileStore{Path: c.Offsets.Path, Source: ad.Name()}).Load
 	}
+	ad.Preflight(ctx, stored, func(name string, ok bool, reason, fix string) {
+		results = append(results, CheckResult{Name: name, OK: ok, Reason: reason, Fix: fix})
+	})
 	results = append(results, checkKafka(ctx, c)...)
 	ok := true
-	secrets := secretsOf(c)
+	secrets := secretsOf(c, ad)
 	for _, r := range results {
 		r.Reason = Scrub(r.Reason, secrets...)
 		r.Fix = Scrub(r.Fix, secrets...) // fixes quote config values too
@@ -70,26 +83,4 @@ func Check(ctx context.Context, c *config.Config, w io.Writer) bool {
 		ok = ok && r.OK
 	}
 	return ok
-}
-
-func checkPostgres(ctx context.Context, c *config.Config) []CheckResult {
-	var out []CheckResult
-	for _, r := range postgres.Preflight(ctx, postgres.Config{DSN: c.Source.DSN, Tables: c.Source.Tables,
-		Slot: c.Source.Postgres.Slot, Publication: c.Source.Postgres.Publication, Columns: postgresColumns(c)}) {
-		out = append(out, CheckResult{Name: r.Name, OK: r.OK, Reason: r.Reason, Fix: r.Fix})
-	}
-	return out
-}
-
-// postgresColumns are the outbox columns outboxd reads: id, aggregate id, payload, the aggregate
-// type when the topic is routed by it, and the header columns.
-func postgresColumns(c *config.Config) []string {
-	cols := []string{c.Outbox.Columns.ID, c.Outbox.Columns.AggregateID, c.Outbox.Columns.Payload}
-	if strings.Contains(c.Outbox.Topic, "${routedByValue}") {
-		cols = append(cols, c.Outbox.Columns.AggregateType)
-	}
-	for _, h := range c.Outbox.Headers {
-		cols = append(cols, h.Column)
-	}
-	return cols
 }

@@ -4,6 +4,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/outboxd/outboxd/internal/config"
 )
 
 // specialPassword holds each of @ : / % # ? with a distinct word after each, so that a redaction
@@ -37,20 +39,31 @@ func specialDSNs() []struct{ typ, dsn, want string } {
 	}
 }
 
+// dsnAdapter is the adapter of source type typ with source.dsn dsn, as the commands build it.
+func dsnAdapter(t *testing.T, typ, dsn string) adapter {
+	t.Helper()
+	c := &config.Config{Source: config.Source{Type: typ, DSN: dsn, Tables: []string{"app.outbox"}}}
+	a, ok := newAdapter(c, nil)
+	if !ok {
+		t.Fatalf("no adapter for source.type %q", typ)
+	}
+	return a
+}
+
+// TestRedactDSNSpecialPasswords: each adapter's RedactedDSN shows no fragment of a password
+// holding every special character, in each DSN form; its Secrets give the password first, and
+// Scrub with them removes it from any text echoing the DSN.
 func TestRedactDSNSpecialPasswords(t *testing.T) {
 	for _, c := range specialDSNs() {
-		got := RedactDSN(c.typ, c.dsn)
+		a := dsnAdapter(t, c.typ, c.dsn)
+		got := a.RedactedDSN()
 		if got != c.want || leaks(got) != nil {
-			t.Errorf("RedactDSN(%s, %q) = %q, want %q (leaks %v)", c.typ, c.dsn, got, c.want, leaks(got))
-		}
-		// Without the type (Redact): the same.
-		if got := Redact(c.dsn); got != c.want {
-			t.Errorf("Redact(%q) = %q, want %q", c.dsn, got, c.want)
+			t.Errorf("RedactedDSN(%s, %q) = %q, want %q (leaks %v)", c.typ, c.dsn, got, c.want, leaks(got))
 		}
 		// The password, as parsed and as written, is scrubbed from any text echoing it.
-		secrets := DSNSecrets(c.typ, c.dsn)
+		secrets := a.Secrets()
 		if len(secrets) == 0 || secrets[0] != specialPassword {
-			t.Errorf("DSNSecrets(%s, %q) = %q, want the password first", c.typ, c.dsn, secrets)
+			t.Errorf("Secrets(%s, %q) = %q, want the password first", c.typ, c.dsn, secrets)
 		}
 		echo := "connect to " + c.dsn + " failed (password " + specialPassword + ")"
 		if s := Scrub(echo, secrets...); leaks(s) != nil {
@@ -73,14 +86,14 @@ func TestRedactDSN(t *testing.T) {
 		{"mysql", "root:hunter2@tcp(127.0.0.1:3306", "(unparseable DSN)"},
 		{"mysql", "root:hunter2@tcp(127.0.0.1:3306)/app?bogus=1", "(unparseable DSN)"},
 	} {
-		if got := RedactDSN(c.typ, c.dsn); got != c.want {
-			t.Errorf("RedactDSN(%s, %q) = %q, want %q", c.typ, c.dsn, got, c.want)
+		if got := dsnAdapter(t, c.typ, c.dsn).RedactedDSN(); got != c.want {
+			t.Errorf("RedactedDSN(%s, %q) = %q, want %q", c.typ, c.dsn, got, c.want)
 		}
 	}
-	if s := DSNSecrets("postgres", "host=/tmp user=u password='hun\\'ter2' dbname=app"); len(s) != 2 || s[0] != "hun'ter2" || s[1] != `hun\'ter2` {
-		t.Errorf("DSNSecrets of a quoted key=value password: %q", s)
+	if s := dsnAdapter(t, "postgres", "host=/tmp user=u password='hun\\'ter2' dbname=app").Secrets(); len(s) != 2 || s[0] != "hun'ter2" || s[1] != `hun\'ter2` {
+		t.Errorf("Secrets of a quoted key=value password: %q", s)
 	}
-	if s := DSNSecrets("mysql", "root@tcp(127.0.0.1)/app"); s != nil {
-		t.Errorf("DSNSecrets without a password: %q", s)
+	if s := dsnAdapter(t, "mysql", "root@tcp(127.0.0.1)/app").Secrets(); s != nil {
+		t.Errorf("Secrets without a password: %q", s)
 	}
 }

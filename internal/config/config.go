@@ -34,16 +34,22 @@ type Source struct {
 	MySQL    MySQL    `yaml:"mysql"`
 }
 
+// Postgres is source.postgres. Its defaults and validation are the PostgreSQL adapter's
+// (source/postgres.Settings, run by internal/app): zero values here mean "the default".
 type Postgres struct {
-	Slot              string        `yaml:"slot"`
-	Publication       string        `yaml:"publication"`
-	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
-	StatusInterval    time.Duration `yaml:"status_interval"`
+	Slot        string `yaml:"slot"`
+	Publication string `yaml:"publication"`
+	// HeartbeatInterval is nil when the key is absent (the adapter's default, 30s); an explicit
+	// 0 (or an empty value) disables heartbeats.
+	HeartbeatInterval *time.Duration `yaml:"heartbeat_interval"`
+	StatusInterval    time.Duration  `yaml:"status_interval"`
 	// CoverageCheckInterval: how often the publication's coverage is re-checked while streaming
 	// (besides the checks before idle progress); 0 means the default, 1s.
 	CoverageCheckInterval time.Duration `yaml:"coverage_check_interval"`
 }
 
+// MySQL is source.mysql. Its defaults and validation are the MySQL adapter's
+// (source/mysql.Settings, run by internal/app): zero values here mean "the default".
 type MySQL struct {
 	ServerID uint32 `yaml:"server_id"`
 	// Start is where the first run (no stored position) begins: "current", "earliest" or an
@@ -180,17 +186,21 @@ func IsConfigError(err error) bool {
 	return errors.As(err, &e)
 }
 
-// Load reads, expands, decodes, defaults and validates the file at path.
-func Load(path string) (*Config, error) {
+// Load reads, expands, decodes, defaults and validates the file at path; sourceTypes are the
+// registered source.type names (none: source.type is not checked). The source adapter's own
+// keys (source.dsn's syntax, source.postgres.*, source.mysql.*) are validated, and defaulted,
+// by the adapter: internal/app.Load is Load with the registered names followed by that
+// validation, and every command loads its config with it.
+func Load(path string, sourceTypes ...string) (*Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, &Error{Msg: fmt.Sprintf("read config file: %v", err)}
 	}
-	return Parse(b, os.LookupEnv)
+	return Parse(b, os.LookupEnv, sourceTypes...)
 }
 
 // Parse is Load on bytes, with lookup for environment variables.
-func Parse(b []byte, lookup func(string) (string, bool)) (*Config, error) {
+func Parse(b []byte, lookup func(string) (string, bool), sourceTypes ...string) (*Config, error) {
 	root, err := oneDocument(b)
 	if err != nil {
 		return nil, err
@@ -222,13 +232,10 @@ func Parse(b []byte, lookup func(string) (string, bool)) (*Config, error) {
 		return nil, &Error{Key: keyAtLine(expanded, err.Error()), Msg: msg}
 	}
 	c.applyDefaults()
-	if heartbeat == nil { // absent: on by default; an explicit 0 disables
-		c.Source.Postgres.HeartbeatInterval = 30 * time.Second
+	if heartbeat != nil && c.Source.Postgres.HeartbeatInterval == nil { // an empty value: 0, disabled
+		c.Source.Postgres.HeartbeatInterval = new(time.Duration)
 	}
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
-	if err := checkDSN(&c); err != nil {
+	if err := c.Validate(sourceTypes...); err != nil {
 		return nil, err
 	}
 	return &c, nil

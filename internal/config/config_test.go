@@ -59,8 +59,8 @@ func TestParseFull(t *testing.T) {
 	if len(c.Outbox.Headers) != 2 || c.Outbox.Headers[0] != (Header{"type", "eventType"}) || c.Outbox.Headers[1] != (Header{"tenant", "tenantId"}) {
 		t.Errorf("headers %+v", c.Outbox.Headers)
 	}
-	if c.ShutdownTimeout != 10*time.Second || c.Source.Postgres.HeartbeatInterval != 30*time.Second {
-		t.Errorf("durations %v %v", c.ShutdownTimeout, c.Source.Postgres.HeartbeatInterval)
+	if hb := c.Source.Postgres.HeartbeatInterval; c.ShutdownTimeout != 10*time.Second || hb == nil || *hb != 30*time.Second {
+		t.Errorf("durations %v %v", c.ShutdownTimeout, hb)
 	}
 }
 
@@ -69,11 +69,13 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.ShutdownTimeout != 30*time.Second || c.Source.Postgres.Slot != "outboxd" || c.Source.Postgres.Publication != "outboxd" ||
+	// The source's defaults (slot, publication, server_id, heartbeat_interval) are its adapter's:
+	// internal/app TestSourceDefaults.
+	if c.ShutdownTimeout != 30*time.Second ||
 		c.Outbox.Topic != "outbox.event.${routedByValue}" || c.Outbox.Columns.AggregateID != "aggregateid" ||
 		c.Kafka.Delivery != "at_least_once" || c.Kafka.Compression != "lz4" || c.Kafka.DLQTopic != "outboxd.dlq" ||
 		c.Offsets.Store != "file" || c.Offsets.Path != "/var/lib/outboxd/offsets.json" || c.Offsets.Topic != "outboxd.offsets" ||
-		c.Kafka.ClientID != "outboxd" || c.Source.MySQL.ServerID != 4242 || c.Kafka.TransactionTimeout != 60*time.Second {
+		c.Kafka.ClientID != "outboxd" || c.Kafka.TransactionTimeout != 60*time.Second {
 		t.Errorf("defaults wrong: %+v", c)
 	}
 	c, err = Parse([]byte("source: {type: postgres, dsn: 'postgres://x@h/db', tables: [public.outbox]}\nkafka: {brokers: ['k:9092'], delivery: exactly_once}\n"), env(nil))
@@ -102,7 +104,6 @@ func TestExpand(t *testing.T) {
 func TestErrorsNameTheKey(t *testing.T) {
 	base := "source: {type: postgres, dsn: 'postgres://x@h/db', tables: [public.outbox]}\nkafka: {brokers: ['k:9092']}\n"
 	cases := []struct{ yaml, key string }{
-		{"source: {type: oracle, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092']}", "source.type"},
 		{"source: {type: postgres, tables: [a.b]}\nkafka: {brokers: ['k:9092']}", "source.dsn"},
 		{"source: {type: postgres, dsn: x, tables: [outbox]}\nkafka: {brokers: ['k:9092']}", "source.tables[0]"},
 		{"source: {type: postgres, dsn: x, tables: [a.b]}\n", "kafka.brokers"},
@@ -119,14 +120,16 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092'], transaction_timeout: 1000h}", "kafka.transaction_timeout"},
 		{"source: {type: postgres, dsn: 'postgres://u:${MISSING}@h/db', tables: [a.b]}\nkafka: {brokers: ['k:9092']}", "source.dsn"},
 		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092']}\nshutdown_timeout: forever", "shutdown_timeout"},
-		{"source: {type: postgres, dsn: x, tables: [a.b], postgres: {slot: Bad-Slot}}\nkafka: {brokers: ['k:9092']}", "source.postgres.slot"},
 		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092']}\nhttp: {listen: nohost}", "http.listen"},
 		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092'], sasl: {mechanism: GSSAPI}}", "kafka.sasl.mechanism"},
 		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092']}\noutbox: {topic: 'a b'}", "outbox"},
 		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092']}\nlog: {level: loud}", "log.level"},
 	}
+	// source.type against the registered names, and the adapters' own keys: internal/app
+	// TestLoadSourceErrorsNameTheKey.
+	cases = append(cases, struct{ yaml, key string }{"source: {type: oracle, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092']}", "source.type"})
 	for _, c := range cases {
-		_, err := Parse([]byte(c.yaml), env(nil))
+		_, err := Parse([]byte(c.yaml), env(nil), "postgres", "mysql")
 		if err == nil {
 			t.Errorf("accepted:\n%s", c.yaml)
 			continue
@@ -138,7 +141,7 @@ func TestErrorsNameTheKey(t *testing.T) {
 }
 
 func TestSecretNotInErrors(t *testing.T) {
-	_, err := Parse([]byte("source: {type: oracle, dsn: 'postgres://u:hunter2@h/db', tables: [a.b]}\nkafka: {brokers: ['k:9092']}"), env(nil))
+	_, err := Parse([]byte("source: {type: oracle, dsn: 'postgres://u:hunter2@h/db', tables: [a.b]}\nkafka: {brokers: ['k:9092']}"), env(nil), "postgres", "mysql")
 	if err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Errorf("err %v", err)
 	}

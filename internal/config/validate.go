@@ -3,11 +3,9 @@ package config
 import (
 	"fmt"
 	"net"
-	"net/url"
 	"strings"
 	"time"
 
-	"github.com/outboxd/outboxd/source/mysql"
 	"github.com/outboxd/outboxd/transform/outbox"
 )
 
@@ -19,14 +17,6 @@ func (c *Config) applyDefaults() {
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 30 * time.Second
-	}
-	def(&c.Source.Postgres.Slot, "outboxd")
-	def(&c.Source.Postgres.Publication, "outboxd")
-	if c.Source.Postgres.StatusInterval == 0 {
-		c.Source.Postgres.StatusInterval = 10 * time.Second
-	}
-	if c.Source.MySQL.ServerID == 0 {
-		c.Source.MySQL.ServerID = 4242
 	}
 	col := &c.Outbox.Columns
 	def(&col.ID, "id")
@@ -78,13 +68,18 @@ func oneOf(key, v string, allowed ...string) error {
 	return &Error{Key: key, Msg: fmt.Sprintf("%q is not one of %s", v, strings.Join(allowed, " | "))}
 }
 
-// Validate checks every value; the first problem is returned as an *Error naming its key.
-func (c *Config) Validate() error {
+// Validate checks every value but the source adapter's own (source.dsn's syntax,
+// source.postgres.*, source.mysql.*: internal/app.Validate runs the adapter's checks), and
+// source.type against sourceTypes, the registered source types (not checked when empty); the
+// first problem is returned as an *Error naming its key.
+func (c *Config) Validate(sourceTypes ...string) error {
 	if c.ShutdownTimeout < 0 {
 		return &Error{Key: "shutdown_timeout", Msg: "must be positive"}
 	}
-	if err := oneOf("source.type", c.Source.Type, "postgres", "mysql"); err != nil {
-		return err
+	if len(sourceTypes) > 0 {
+		if err := oneOf("source.type", c.Source.Type, sourceTypes...); err != nil {
+			return err
+		}
 	}
 	if c.Source.DSN == "" {
 		return &Error{Key: "source.dsn", Msg: "is required"}
@@ -96,26 +91,6 @@ func (c *Config) Validate() error {
 		parts := strings.Split(t, ".")
 		if len(parts) != 2 || parts[0] == "" || parts[1] == "" {
 			return &Error{Key: fmt.Sprintf("source.tables[%d]", i), Msg: fmt.Sprintf("%q must be qualified: schema.table (postgres) or db.table (mysql)", t)}
-		}
-	}
-	switch c.Source.Type {
-	case "postgres":
-		if _, err := url.Parse(c.Source.DSN); err != nil && strings.Contains(c.Source.DSN, "://") {
-			return &Error{Key: "source.dsn", Msg: "not a valid PostgreSQL URL"}
-		}
-		if c.Source.Postgres.HeartbeatInterval < 0 {
-			return &Error{Key: "source.postgres.heartbeat_interval", Msg: "must be 0 (off) or positive"}
-		}
-		if c.Source.Postgres.StatusInterval < 0 {
-			return &Error{Key: "source.postgres.status_interval", Msg: "must be positive"}
-		}
-		if !validIdent(c.Source.Postgres.Slot) {
-			return &Error{Key: "source.postgres.slot", Msg: fmt.Sprintf("%q: slot names use lower-case letters, digits and _ only", c.Source.Postgres.Slot)}
-		}
-	case "mysql":
-		if err := mysql.ValidStart(c.Source.MySQL.Start); err != nil {
-			return &Error{Key: "source.mysql.start", Msg: strings.TrimPrefix(err.Error(), "source.mysql.start: ") +
-				" (use current, earliest, or a position such as 0-1-42 or mysql-bin.000003:1234)"}
 		}
 	}
 	oc := outbox.Config{IDColumn: c.Outbox.Columns.ID, AggregateTypeColumn: c.Outbox.Columns.AggregateType,
@@ -192,16 +167,4 @@ func (c *Config) Validate() error {
 		return err
 	}
 	return oneOf("log.format", c.Log.Format, "text", "json")
-}
-
-func validIdent(s string) bool {
-	if s == "" || len(s) > 63 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
-			return false
-		}
-	}
-	return true
 }
