@@ -96,12 +96,14 @@ func RowBytes(r *Row) int {
 	return n
 }
 
-// Source reads committed transactions from a database log.
+// Source reads committed transactions from a database log. sourcetest checks every clause below
+// against each adapter, one subtest per clause.
 //
 // Contract:
 //   - Open is called once, before anything else. It fails if `from` can no longer be served
-//     (slot lost, binlog purged): that is a loud error, never a silent skip. An empty `from`
-//     starts from wherever the source begins (a newly created slot, the current binlog end).
+//     (slot lost or dropped, binlog purged) with an error wrapping ErrPositionLost: that is a
+//     loud error, never a silent skip. An empty `from` starts from wherever the source begins
+//     (a newly created slot, the current binlog end).
 //   - Next blocks until the next transaction is available or ctx is done (then it returns
 //     ctx.Err()). It never returns a chunk of a transaction whose end is at or before `from`.
 //     Transactions come in commit order, each as consecutive chunks (see Tx); the first chunk
@@ -112,11 +114,22 @@ func RowBytes(r *Row) int {
 //     the slot's confirmed_flush_lsn). It may be called concurrently with Next, from one other
 //     goroutine, with non-decreasing positions. It must not block for long.
 //   - Close releases the connection; it may be called concurrently with a blocked Next, which
-//     then returns an error.
+//     then returns an error (the adapter's ErrClosed). Close is idempotent, and Confirm after
+//     Close returns without blocking. Once Close has returned, every goroutine the source
+//     started has ended or ends promptly without further calls.
 type Source interface {
+	// Open connects and positions the source after `from`. It blocks until the source streams or
+	// fails; it honours ctx for that wait only. A source whose Open failed is closed, not reused.
 	Open(ctx context.Context, from Position) error
+	// Next returns the next chunk. It blocks until one is available, ctx is done (ctx.Err()) or
+	// Close is called (an error). Called from one goroutine only.
 	Next(ctx context.Context) (Tx, error)
+	// Confirm records that everything up to p is delivered; the source passes it to the database
+	// on its own schedule. May run concurrently with Next (from one other goroutine), with
+	// non-decreasing positions; it must not block for long.
 	Confirm(ctx context.Context, p Position) error
+	// Close stops the source and releases its connection. Safe to call concurrently with a
+	// blocked Next, and more than once.
 	Close() error
 }
 

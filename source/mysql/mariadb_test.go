@@ -74,12 +74,47 @@ func harness(t *testing.T, m *testenv.MariaDB, table, idType string, useGTID *bo
 	ins := func(t *testing.T, ev sourcetest.Event) {
 		mustExec(t, c, insert, ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, ev.Payload)
 	}
-	serverID := serverIDs.Add(1)
-	cfg := Config{Start: "current", DSN: m.DSN("app"), Tables: []string{"app." + table}, ServerID: serverID, UseGTID: useGTID, AllowMinimalRowMetadata: true,
-		HeartbeatPeriod: time.Second, ChunkRows: 7}
+	newScope := func(t *testing.T) sourcetest.Scope {
+		// A server id of its own, starting at the binlog's current end.
+		cfg := Config{Start: "current", DSN: m.DSN("app"), Tables: []string{"app." + table}, ServerID: serverIDs.Add(1), UseGTID: useGTID,
+			AllowMinimalRowMetadata: true, HeartbeatPeriod: time.Second, ChunkRows: 7}
+		return sourcetest.Scope{
+			NewSource: func() source.Source { return New(cfg, testLogger()) },
+			// A transaction after p, then every binlog up to a new one purged: p's file, or
+			// the GTIDs after p, are gone.
+			LosePosition: func(t *testing.T, _ source.Position) {
+				mustExec(t, c, "FLUSH BINARY LOGS")
+				mustExec(t, c, "INSERT INTO other (note) VALUES ('purged')")
+				purgeTo(t, m)
+			},
+			// The error names what was purged and tells the operator about offsets set
+			// (the file variant: the oldest binlog still there, as the position to use).
+			CheckLost: func(t *testing.T, err error, p source.Position) {
+				want := []string{"purged", "offsets set"}
+				pos, perr := parsePosition(p)
+				if perr != nil {
+					t.Fatal(perr)
+				}
+				if pos.kind == kindFile {
+					rows, qerr := m.Query("", "SHOW BINARY LOGS")
+					if qerr != nil {
+						t.Fatal(qerr)
+					}
+					want = append(want, pos.file, rows[0][0]+":4")
+				} else {
+					want = append(want, string(p), "GTID 0-")
+				}
+				for _, w := range want {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("Open(%s): error lacks %q: %v", p, w, err)
+					}
+				}
+			},
+		}
+	}
 	return sourcetest.Harness{
-		Table:     "app." + table,
-		NewSource: func(t *testing.T) source.Source { return New(cfg, testLogger()) },
+		Table:    "app." + table,
+		NewScope: newScope,
 		Insert: func(t *testing.T, evs ...sourcetest.Event) {
 			tx(t, "COMMIT", func() {
 				for _, ev := range evs {
@@ -109,6 +144,7 @@ func harness(t *testing.T, m *testenv.MariaDB, table, idType string, useGTID *bo
 		},
 		Compare:   ComparePosition,
 		ChunkRows: 7,
+		ErrClosed: ErrClosed,
 	}
 }
 
@@ -116,7 +152,8 @@ func boolp(b bool) *bool { return &b }
 
 // TestConformance runs the source conformance suite against private MariaDB servers: GTID and
 // file:pos positions, BINARY(16) and CHAR(36) ids, column names from the binlog (FULL row
-// metadata) and from information_schema (MINIMAL).
+// metadata) and from information_schema (MINIMAL). The variants sharing a server run one after
+// the other: PositionLost purges that server's binlogs.
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	full := testenv.NewMariaDB(t, testenv.MariaDBOptions{RowMetadata: true})
@@ -128,10 +165,10 @@ func TestConformance(t *testing.T) {
 		idType  string
 		useGTID *bool
 	}{
-		{"gtid/binary16/binlog-metadata", full, "outbox_gtid", "BINARY(16)", nil},
-		{"filepos/char36/binlog-metadata", full, "outbox_file", "CHAR(36)", boolp(false)},
-		{"gtid/binary16/information_schema", minimal, "outbox_gtid", "BINARY(16)", boolp(true)},
-		{"filepos/char36/information_schema", minimal, "outbox_file", "CHAR(36)", boolp(false)},
+		{"gtid_binary16_binlog-metadata", full, "outbox_gtid", "BINARY(16)", nil},
+		{"filepos_char36_binlog-metadata", full, "outbox_file", "CHAR(36)", boolp(false)},
+		{"gtid_binary16_information_schema", minimal, "outbox_gtid", "BINARY(16)", boolp(true)},
+		{"filepos_char36_information_schema", minimal, "outbox_file", "CHAR(36)", boolp(false)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := harness(t, tc.m, tc.table, tc.idType, tc.useGTID)

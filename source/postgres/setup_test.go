@@ -8,35 +8,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxd/outboxd/internal/testenv"
-	"github.com/outboxd/outboxd/source"
 )
 
 // Open's failure cases: a stored position the slot can no longer serve is a loud error.
 
-func TestMissingSlotWithStoredPosition(t *testing.T) {
-	dsn, conn := testDB(t, "missing")
-	var pos string
-	if err := conn.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&pos); err != nil {
-		t.Fatal(err)
-	}
-	s := newTestSource(dsn, "missing_slot")
-	err := s.Open(context.Background(), source.Position(pos))
-	if err == nil {
-		s.Close()
-		t.Fatal("Open with a stored position and no slot succeeded")
-	}
-	t.Logf("error: %v", err)
-	for _, w := range []string{`"missing_slot"`, pos, "does not exist", "offsets set"} {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error lacks %q", w)
-		}
-	}
-	var n int
-	conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'missing_slot'`).Scan(&n)
-	if n != 0 {
-		t.Error("Open created a slot past a stored position")
-	}
-}
+// A stored position whose slot is gone (dropped): sourcetest's PositionLost, run by
+// TestConformance, with the error text and the no-slot-created check in its CheckLost.
 
 func TestStoredPositionBehindSlot(t *testing.T) {
 	dsn, conn := testDB(t, "behind")

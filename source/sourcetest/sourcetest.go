@@ -1,12 +1,14 @@
 // Package sourcetest is the conformance suite every source adapter must pass. An adapter's test
 // provides a Harness bound to a real database (a private server started by internal/testenv)
-// and calls Run.
+// and calls Run. Every clause of the source.Source contract is a subtest of its own that sets up
+// its own state through the harness (a fresh scope: its own slot or server id), so any one of
+// them runs alone (go test -run 'TestConformance/CloseUnblocksNext'). Every subtest also checks
+// that the goroutines its sources started have ended once they are closed.
 package sourcetest
 
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -27,14 +29,17 @@ type Event struct {
 // id, aggregatetype, aggregateid, type, payload (Debezium's names); its qualified name is Table.
 //
 // Every write method commits (or rolls back) one database transaction and returns once the
-// database has acknowledged it.
+// database has acknowledged it. The suite runs its subtests one after the other, never
+// concurrently, so what one subtest writes is committed before the next opens its scope.
 type Harness struct {
 	// Table is the outbox table's qualified name as the source reports it in Row.Table.
 	Table string
-	// NewSource returns a new, unopened source on the same database and configuration (same
-	// slot / server id), as a restarted outboxd would build it.
-	NewSource func(t *testing.T) source.Source
-	// Insert commits one transaction inserting evs into the outbox, in order.
+	// NewScope starts a scope private to t (PostgreSQL: a replication slot and publication of its
+	// own; MySQL: a server id of its own). Its first source opened from "" starts after every
+	// transaction committed before it.
+	NewScope func(t *testing.T) Scope
+	// Insert commits one transaction inserting evs into the outbox, in order, one row per
+	// statement.
 	Insert func(t *testing.T, evs ...Event)
 	// InsertRollback inserts evs in a transaction that is rolled back.
 	InsertRollback func(t *testing.T, evs ...Event)
@@ -43,18 +48,35 @@ type Harness struct {
 	// UpdateDelete commits one transaction that updates and then deletes the outbox row with id
 	// (which must already exist), and one transaction that inserts into a non-outbox table.
 	UpdateDelete func(t *testing.T, id string)
-	// Equal compares two positions of this source: it reports whether a is before b (-1), equal
+	// Compare compares two positions of this source: it reports whether a is before b (-1), equal
 	// (0) or after (1). Used to check monotonicity.
 	Compare func(a, b source.Position) int
-	// ChunkRows is the row cap of one chunk the sources NewSource returns are configured with
-	// (keep it small, e.g. 7, so the suite stays fast). Required: the suite checks that a larger
-	// transaction arrives in chunks. Insert must write one row per statement.
+	// ChunkRows is the row cap of one chunk the scopes' sources are configured with (keep it
+	// small, e.g. 7, so the suite stays fast). Required: the suite checks that a larger
+	// transaction arrives in chunks.
 	ChunkRows int
+	// ErrClosed is what Next returns (errors.Is) once Close ended it. Required.
+	ErrClosed error
+}
+
+// Scope is one position namespace of the adapter: sources of one scope resume each other's
+// positions, as a restarted outboxd resumes its stored one.
+type Scope struct {
+	// NewSource returns a new, unopened source of the scope with the suite's configuration
+	// (ChunkRows), as a restarted outboxd would build it.
+	NewSource func() source.Source
+	// LosePosition makes position p, handed out by a source of this scope, unservable the way an
+	// operator or the server does it (PostgreSQL: drop the slot; MySQL: purge the binlogs). The
+	// scope's sources are all closed when it is called. Required.
+	LosePosition func(t *testing.T, p source.Position)
+	// CheckLost, if set, makes the adapter's own assertions on the error Open(p) returned after
+	// LosePosition (what it names, what it tells the operator to do).
+	CheckLost func(t *testing.T, err error, p source.Position)
 }
 
 var seq int
 
-// NewEvent makes a unique event for aggregate agg.
+// NewEvent makes a unique event for aggregate agg. Not safe for concurrent use.
 func NewEvent(agg string) Event {
 	seq++
 	return Event{
@@ -66,256 +88,118 @@ func NewEvent(agg string) Event {
 	}
 }
 
+// Subtests, one per clause of the source.Source contract. The names are stable: run one with
+// -run 'TestConformance/<name>' (MySQL: 'TestConformance/<variant>/<name>').
+var clauses = []struct {
+	name string
+	run  func(t *testing.T, h Harness, label string)
+}{
+	{"Order", testOrder},
+	{"OnlyCommittedInserts", testOnlyCommittedInserts},
+	{"Restart", testRestart},
+	{"Chunks", testChunks},
+	{"NextHonoursContext", testNextHonoursContext},
+	{"ConfirmConcurrentWithNext", testConfirmConcurrentWithNext},
+	{"CloseUnblocksNext", testCloseUnblocksNext},
+	{"PositionLost", testPositionLost},
+	{"GoroutinesEndAfterClose", testGoroutinesEnd},
+}
+
+// leakWait bounds how long the goroutines of closed sources may take to end.
+const leakWait = 10 * time.Second
+
 // Run runs the conformance suite.
 func Run(t *testing.T, h Harness) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	if h.NewScope == nil || h.Compare == nil || h.Insert == nil || h.InsertRollback == nil ||
+		h.InsertThenDelete == nil || h.UpdateDelete == nil || h.ErrClosed == nil {
+		t.Fatalf("incomplete Harness: NewScope, Compare, Insert, InsertRollback, InsertThenDelete, UpdateDelete and ErrClosed are required")
+	}
+	if h.ChunkRows <= 0 {
+		t.Fatalf("Harness.ChunkRows is %d: configure the adapter's chunk row cap (e.g. 7) and set it", h.ChunkRows)
+	}
+	for _, c := range clauses {
+		t.Run(c.name, func(t *testing.T) {
+			l := checkNoLeak(t, leakWait)
+			c.run(t, h, l)
+		})
+	}
+}
+
+// reader reads one source, checking that positions never go backwards.
+type reader struct {
+	t    *testing.T
+	h    Harness
+	s    source.Source
+	last source.Position
+}
+
+// open opens a new source of sc from `from`; the source is closed at the end of the subtest.
+func open(t *testing.T, h Harness, sc Scope, from source.Position) *reader {
+	t.Helper()
+	s := sc.NewSource()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-
-	src := h.NewSource(t)
-	if err := src.Open(ctx, ""); err != nil {
-		t.Fatalf("Open from the beginning: %v", err)
+	if err := s.Open(ctx, from); err != nil {
+		s.Close()
+		t.Fatalf("Open(%q): %v", from, err)
 	}
-	defer func() { src.Close() }()
-
-	var last source.Position
-	// next returns the next transaction that has rows, checking position monotonicity on all.
-	next := func(t *testing.T, s source.Source) source.Tx {
-		t.Helper()
-		for {
-			rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
-			tx, err := s.Next(rctx)
-			rcancel()
-			if err != nil {
-				t.Fatalf("Next: %v", err)
-			}
-			if last != "" && tx.Position != "" && h.Compare(tx.Position, last) < 0 {
-				t.Fatalf("position went backwards: %s after %s", tx.Position, last)
-			}
-			if tx.Position != "" {
-				last = tx.Position
-			}
-			if len(tx.Rows) > 0 {
-				return tx
-			}
-		}
-	}
-	expect := func(t *testing.T, tx source.Tx, evs ...Event) {
-		t.Helper()
-		if len(tx.Rows) != len(evs) {
-			t.Fatalf("transaction has %d rows, want %d (%+v)", len(tx.Rows), len(evs), tx.Rows)
-		}
-		for i, ev := range evs {
-			checkRow(t, h.Table, tx.Rows[i], ev)
-		}
-		if tx.Position == "" {
-			t.Fatalf("transaction without a position")
-		}
-		if tx.CommitTime.IsZero() || time.Since(tx.CommitTime) > time.Hour || time.Until(tx.CommitTime) > time.Minute {
-			t.Fatalf("implausible commit time %v", tx.CommitTime)
-		}
-	}
-
-	// Ordering, atomicity, rollback, insert-then-delete, other tables, updates and deletes.
-	a1, a2, a3 := NewEvent("a"), NewEvent("a"), NewEvent("b")
-	single := NewEvent("c")
-	rolled := NewEvent("r")
-	itd := NewEvent("d")
-	after := NewEvent("e")
-	h.Insert(t, a1, a2, a3)
-	h.InsertRollback(t, rolled)
-	h.Insert(t, single)
-	h.UpdateDelete(t, single.ID)
-	h.InsertThenDelete(t, itd)
-	h.Insert(t, after)
-
-	t.Run("multi-row transaction whole and in order", func(t *testing.T) { expect(t, next(t, src), a1, a2, a3) })
-	t.Run("rolled back absent, single row next", func(t *testing.T) { expect(t, next(t, src), single) })
-	t.Run("updates, deletes, other tables ignored; insert-then-delete published once", func(t *testing.T) {
-		expect(t, next(t, src), itd)
-	})
-	var stored source.Position
-	t.Run("transaction after", func(t *testing.T) {
-		tx := next(t, src)
-		expect(t, tx, after)
-		stored = tx.Position
-		if err := src.Confirm(ctx, stored); err != nil {
-			t.Fatalf("Confirm: %v", err)
-		}
-	})
-
-	// Restart from a stored position: nothing at or before it again, everything after it.
-	b1, b2 := NewEvent("f"), NewEvent("g")
-	h.Insert(t, b1)
-	h.Insert(t, b2)
-	var b1pos, b2pos source.Position
-	t.Run("read past the stored position before restart", func(t *testing.T) {
-		tx := next(t, src)
-		expect(t, tx, b1)
-		b1pos = tx.Position
-		expect(t, next(t, src), b2)
-	})
-	if err := src.Close(); err != nil {
-		t.Logf("Close: %v", err)
-	}
-	t.Run("restart from a stored position", func(t *testing.T) {
-		if stored == "" || b1pos == "" {
-			t.Skip("earlier subtest failed")
-		}
-		s2 := h.NewSource(t)
-		if err := s2.Open(ctx, stored); err != nil {
-			t.Fatalf("Open(%s): %v", stored, err)
-		}
-		defer s2.Close()
-		last = stored
-		expect(t, next(t, s2), b1)
-		expect(t, next(t, s2), b2)
-		if err := s2.Confirm(ctx, b1pos); err != nil {
-			t.Fatalf("Confirm: %v", err)
-		}
-		s2.Close()
-
-		s3 := h.NewSource(t)
-		if err := s3.Open(ctx, b1pos); err != nil {
-			t.Fatalf("Open(%s): %v", b1pos, err)
-		}
-		defer s3.Close()
-		last = b1pos
-		tx := next(t, s3)
-		expect(t, tx, b2)
-		b2pos = tx.Position
-		// Nothing else is pending: Next must block until the deadline (idle progress allowed).
-		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
-		defer rcancel()
-		for {
-			tx, err := s3.Next(rctx)
-			if err != nil {
-				if !errors.Is(err, context.DeadlineExceeded) && rctx.Err() == nil {
-					t.Fatalf("Next while idle: %v", err)
-				}
-				break
-			}
-			if len(tx.Rows) > 0 {
-				t.Fatalf("unexpected transaction after restart: %+v", tx.Rows)
-			}
-		}
-	})
-
-	// A transaction larger than one chunk: several chunks, in order, complete, the position on
-	// the last only. A restart after its first chunk (nothing of it stored) reads it again from
-	// its first row; a restart from its end skips it.
-	t.Run("big transaction in chunks, again after a restart inside it", func(t *testing.T) {
-		if h.ChunkRows <= 0 {
-			t.Fatalf("Harness.ChunkRows is %d: configure the adapter's chunk row cap (e.g. 7) and set it", h.ChunkRows)
-		}
-		if b2pos == "" {
-			t.Skip("earlier subtest failed")
-		}
-		evs := make([]Event, 2*h.ChunkRows+3)
-		for i := range evs {
-			evs[i] = NewEvent(fmt.Sprintf("big-%d", i))
-		}
-		s4 := h.NewSource(t)
-		if err := s4.Open(ctx, b2pos); err != nil {
-			t.Fatalf("Open(%s): %v", b2pos, err)
-		}
-		h.Insert(t, evs...)
-		last = b2pos
-		first := nextChunks(t, ctx, s4, h, &last, 1)
-		checkChunked(t, h, first, evs, false)
-		s4.Close()
-
-		s5 := h.NewSource(t)
-		if err := s5.Open(ctx, b2pos); err != nil {
-			t.Fatalf("Open(%s): %v", b2pos, err)
-		}
-		last = b2pos
-		chunks := nextChunks(t, ctx, s5, h, &last, 0)
-		checkChunked(t, h, chunks, evs, true)
-		end := chunks[len(chunks)-1].Position
-		s5.Close()
-
-		s6 := h.NewSource(t)
-		if err := s6.Open(ctx, end); err != nil {
-			t.Fatalf("Open(%s): %v", end, err)
-		}
-		defer s6.Close()
-		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
-		defer rcancel()
-		for {
-			tx, err := s6.Next(rctx)
-			if err != nil {
-				break
-			}
-			if len(tx.Rows) > 0 || tx.More {
-				t.Fatalf("after a restart from the big transaction's end %s: %d rows (More %v)", end, len(tx.Rows), tx.More)
-			}
-		}
-	})
+	t.Cleanup(func() { s.Close() })
+	return &reader{t: t, h: h, s: s, last: from}
 }
 
-// checkChunked checks chunks against the transaction evs: several chunks when whole, More on
-// all but the last (which alone has a position), at most ChunkRows rows each, rows in order;
-// when whole, every row of evs.
-func checkChunked(t *testing.T, h Harness, chunks []source.Tx, evs []Event, whole bool) {
-	t.Helper()
-	if whole && len(chunks) < 2 {
-		t.Fatalf("a transaction of %d rows came as %d chunk(s), want at least 2 (ChunkRows %d)", len(evs), len(chunks), h.ChunkRows)
-	}
-	var rows []source.Row
-	for i, c := range chunks {
-		isLast := whole && i == len(chunks)-1
-		switch {
-		case c.More == isLast:
-			t.Errorf("chunk %d of %d: More %v", i, len(chunks), c.More)
-		case !isLast && c.Position != "":
-			t.Errorf("chunk %d of %d (More) has a position %s", i, len(chunks), c.Position)
-		case isLast && c.Position == "":
-			t.Errorf("the last chunk has no position")
-		case !isLast && len(c.Rows) == 0:
-			t.Errorf("chunk %d of %d (More) has no rows", i, len(chunks))
-		case len(c.Rows) > h.ChunkRows:
-			t.Errorf("chunk %d has %d rows, more than ChunkRows %d (one row per statement)", i, len(c.Rows), h.ChunkRows)
-		case c.CommitTime.IsZero() || time.Since(c.CommitTime) > time.Hour:
-			t.Errorf("chunk %d: implausible commit time %v", i, c.CommitTime)
+// next returns the next chunk, idle progress included.
+func (r *reader) next(timeout time.Duration) (source.Tx, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	tx, err := r.s.Next(ctx)
+	if err == nil && tx.Position != "" {
+		if r.last != "" && r.h.Compare(tx.Position, r.last) < 0 {
+			r.t.Fatalf("position went backwards: %s after %s", tx.Position, r.last)
 		}
-		if c.Bytes != 0 && c.Bytes != source.ChunkBytes(&source.Tx{Rows: c.Rows}) {
-			t.Errorf("chunk %d: Bytes %d, its rows say %d", i, c.Bytes, source.ChunkBytes(&source.Tx{Rows: c.Rows}))
-		}
-		rows = append(rows, c.Rows...)
+		r.last = tx.Position
 	}
-	if whole && len(rows) != len(evs) || len(rows) > len(evs) {
-		t.Fatalf("chunks hold %d rows, the transaction %d", len(rows), len(evs))
-	}
-	for i := range rows {
-		checkRow(t, h.Table, rows[i], evs[i])
-	}
+	return tx, err
 }
 
-// nextChunks returns the chunks of the next transaction that has rows (idle progress before it
-// is skipped), checking position monotonicity against *last; at most max chunks (0: all).
-func nextChunks(t *testing.T, ctx context.Context, s source.Source, h Harness, last *source.Position, max int) []source.Tx {
-	t.Helper()
-	var chunks []source.Tx
+// rows returns the next transaction that has rows, skipping idle progress.
+func (r *reader) rows() source.Tx {
+	r.t.Helper()
 	for {
-		rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
-		tx, err := s.Next(rctx)
-		rcancel()
+		tx, err := r.next(30 * time.Second)
 		if err != nil {
-			t.Fatalf("Next (after %d chunks): %v", len(chunks), err)
+			r.t.Fatalf("Next: %v", err)
 		}
-		if tx.Position != "" {
-			if *last != "" && h.Compare(tx.Position, *last) < 0 {
-				t.Fatalf("position went backwards: %s after %s", tx.Position, *last)
-			}
-			*last = tx.Position
+		if len(tx.Rows) > 0 {
+			return tx
 		}
-		if len(chunks) == 0 && !tx.More && len(tx.Rows) == 0 {
-			continue // idle progress
-		}
-		chunks = append(chunks, tx)
-		if !tx.More || len(chunks) == max {
-			return chunks
-		}
+	}
+}
+
+// expect reads the next transaction with rows and checks it is exactly evs, whole.
+func (r *reader) expect(evs ...Event) source.Tx {
+	r.t.Helper()
+	tx := r.rows()
+	expectTx(r.t, r.h, tx, evs...)
+	return tx
+}
+
+// expectTx checks that tx is one whole transaction holding exactly evs, in order.
+func expectTx(t *testing.T, h Harness, tx source.Tx, evs ...Event) {
+	t.Helper()
+	if len(tx.Rows) != len(evs) {
+		t.Fatalf("transaction has %d rows, want %d (%+v)", len(tx.Rows), len(evs), tx.Rows)
+	}
+	for i, ev := range evs {
+		checkRow(t, h.Table, tx.Rows[i], ev)
+	}
+	if tx.More {
+		t.Fatalf("a transaction of %d rows (under ChunkRows %d) came with More set", len(evs), h.ChunkRows)
+	}
+	if tx.Position == "" {
+		t.Fatalf("transaction without a position")
+	}
+	if tx.CommitTime.IsZero() || time.Since(tx.CommitTime) > time.Hour || time.Until(tx.CommitTime) > time.Minute {
+		t.Fatalf("implausible commit time %v", tx.CommitTime)
 	}
 }
 
