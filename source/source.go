@@ -119,7 +119,7 @@ func RowBytes(r *Row) int {
 //     started has ended or ends promptly without further calls.
 type Source interface {
 	// Open connects and positions the source after `from`. It blocks until the source streams or
-	// fails; it honours ctx for that wait only. A source whose Open failed is closed, not reused.
+	// fails; it honours ctx for that wait only. After a failed Open only Close may be called.
 	Open(ctx context.Context, from Position) error
 	// Next returns the next chunk. It blocks until one is available, ctx is done (ctx.Err()) or
 	// Close is called (an error). Called from one goroutine only.
