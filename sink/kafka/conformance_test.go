@@ -1,0 +1,58 @@
+package kafka
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outboxd/outboxd/sink"
+	"github.com/outboxd/outboxd/sink/sinktest"
+)
+
+// TestConformance runs the producer conformance suite against the Kafka producer on a kfake
+// broker: the contract every fake producer of the pipeline tests also passes.
+func TestConformance(t *testing.T) {
+	b := newBroker(t)
+	sinktest.Run(t, sinktest.Harness{
+		New: func(t *testing.T) sinktest.Producer { return newProducer(t, testConfig(b.Addr())) },
+		Record: func(t *testing.T, i int) *sink.Record {
+			return seqRecord(topicName(t), i, 7)
+		},
+		// A producer with a cap of one record, whose first record the broker holds (kfake's
+		// SleepControl parks the Produce request without stopping the cluster) until release.
+		AtCap: func(t *testing.T) (sinktest.Producer, func()) {
+			held := newBroker(t)
+			cfg := testConfig(held.Addr())
+			cfg.MaxInflightRecords = 1
+			p := newProducer(t, cfg)
+			topic := topicName(t)
+			warm := newOutcomes(t, 1) // the topic exists and its metadata is known
+			if err := p.Produce(context.Background(), seqRecord(topic, 0, 1), warm.done(0)); err != nil {
+				t.Fatal(err)
+			}
+			warm.wait(t, 10*time.Second)
+			c := held.Cluster()
+			unblock := make(chan struct{})
+			arrived := make(chan struct{})
+			c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+				close(arrived)
+				c.SleepControl(func() { <-unblock })
+				return nil, nil, false
+			})
+			first := newOutcomes(t, 1)
+			if err := p.Produce(context.Background(), seqRecord(topic, 1, 1), first.done(1)); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-arrived: // the one record allowed in flight is held at the broker
+			case <-time.After(10 * time.Second):
+				t.Fatal("the held record's Produce request never reached the broker")
+			}
+			var once sync.Once
+			return p, func() { once.Do(func() { close(unblock) }) }
+		},
+	})
+}
