@@ -1,5 +1,8 @@
 // Package config loads outboxd's YAML configuration: ${ENV} expansion, unknown keys rejected,
-// defaults applied, every value validated with an error that names its key.
+// defaults applied, every value validated with an error that names its key. The source's own
+// keys (source.dsn's syntax, source.postgres.*, source.mysql.*) are defaulted and validated by
+// its adapter (source/postgres, source/mysql), which internal/app.Load runs right after Load;
+// config itself imports no runtime package.
 package config
 
 import (

@@ -3,7 +3,7 @@ package mysql
 // Hot standby support. MySQL keeps no server-side cursor for a binlog reader, and two readers
 // with one server_id evict each other, so the active outboxd of a pipeline holds a named user
 // lock, GET_LOCK('outboxd:<server_id>:<tables>', ...), on a dedicated connection for as long as
-// it runs. A second instance with the same config waits for that lock (internal/app): when the
+// it runs. A second instance with the same config waits for that lock (adapter_standby.go): when the
 // active one dies its connection closes, the server releases the lock, and the standby takes
 // over from the stored position. The active instance checks every second that it still holds
 // the lock (its connection may drop, e.g. on a server restart); when it does not, Lost is closed

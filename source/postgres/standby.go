@@ -2,7 +2,7 @@ package postgres
 
 // Hot standby support. A logical slot streams to one walsender at a time: the instance whose
 // walsender holds the slot is the active one, and a second outboxd with the same slot waits
-// (internal/app) until pg_replication_slots shows the slot inactive, then opens it from the
+// (adapter_standby.go) until pg_replication_slots shows the slot inactive, then opens it from the
 // stored position. Open reports a slot taken by another process as ErrSlotActive, so that a
 // race lost at START_REPLICATION sends the loser back to standby instead of failing.
 
