@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -63,6 +64,7 @@ func sameSet(t *testing.T, what string, got, want []string) {
 type txWriter struct {
 	stop chan struct{}
 	done chan []writtenTx
+	n    atomic.Int64 // transactions committed so far
 }
 
 type writtenTx struct {
@@ -84,13 +86,21 @@ func (e *env) startTxWriter(agg string) *txWriter {
 			}
 			ids, in := e.insertInTx(c, fmt.Sprintf("%s%d", agg, i%5), 1+i%3)
 			txs = append(txs, writtenTx{ids, in})
-			time.Sleep(20 * time.Millisecond)
+			w.n.Add(1)
+			harness.Hold(20*time.Millisecond, "paces the writer")
 		}
 	}()
 	return w
 }
 
 func (w *txWriter) finish() []writtenTx { close(w.stop); return <-w.done }
+
+// waitWritten waits until w has committed n more transactions than now.
+func (e *env) waitWritten(w *txWriter, n int64, within time.Duration) {
+	e.t.Helper()
+	base := w.n.Load()
+	harness.WaitFor(e.t, within, fmt.Sprintf("%d more transactions written", n), func() bool { return w.n.Load() >= base+n })
+}
 
 func allIDs(txs []writtenTx) []string {
 	var out []string
@@ -100,14 +110,15 @@ func allIDs(txs []writtenTx) []string {
 	return out
 }
 
-// watchOutage checks, for d, that outboxd keeps running and that neither the stored position
-// nor the slot passes bound (nothing after it can have been acked); it returns the last stored
-// position seen.
-func (e *env) watchOutage(p *harness.Proc, c *pgx.Conn, bound string, d time.Duration) string {
+// watchOutage checks, until outboxd has sent two standby status updates after the outage began
+// (it has had a whole status interval to confirm, wrongly, what Kafka never acked), that outboxd
+// keeps running and that neither the stored position nor the slot passes bound (nothing after it
+// can have been acked); it returns the last stored position seen.
+func (e *env) watchOutage(p *harness.Proc, c *pgx.Conn, bound string, since time.Time) string {
 	e.t.Helper()
 	t := e.t
 	var last string
-	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	e.waitStatusRepliesAfter(c, since, 30*time.Second, func() {
 		select {
 		case <-p.Done:
 			t.Fatalf("outboxd exited %d while the broker was down (it must block and retry):\n%s", p.Code, p.Out.String())
@@ -120,7 +131,7 @@ func (e *env) watchOutage(p *harness.Proc, c *pgx.Conn, bound string, d time.Dur
 		if conf := e.slotConfirmed(c); lsn(t, conf) > lsn(t, bound) {
 			t.Fatalf("slot confirmed %s passed %s while the broker was down", conf, bound)
 		}
-	}
+	})
 	return last
 }
 
@@ -138,10 +149,12 @@ func TestBrokerKilledWhileRunning(t *testing.T) {
 	e.deliveredAndStored("before", 2)
 
 	w := e.startTxWriter("k")
-	time.Sleep(1500 * time.Millisecond)
+	e.waitFlowing(20, 30*time.Second) // the broker dies under load
 	b.kill()
-	killedAt := e.walLSN(c)
-	e.watchOutage(p, c, killedAt, 4*time.Second)
+	killedAt, since := e.walLSN(c), time.Now()
+	// Rows keep coming after the kill: WAL past killedAt that outboxd must not confirm.
+	e.waitWritten(w, 20, 30*time.Second)
+	e.watchOutage(p, c, killedAt, since)
 	p.Stop(t, syscall.SIGKILL)
 	txs := w.finish()
 	stored := e.storedPosition()
@@ -150,7 +163,7 @@ func TestBrokerKilledWhileRunning(t *testing.T) {
 	}
 	b.start(t)
 	held := map[string]bool{}
-	for _, id := range ids(testenv.Consume(t, e.broker.Addr(), `outbox\.event\.order`, 0, 2*time.Second)) {
+	for _, id := range ids(testenv.ConsumeAll(t, e.broker.Addr(), `outbox\.event\.order`)) {
 		held[id] = true
 	}
 	covered := 0
@@ -208,18 +221,25 @@ func TestTopicDeletedWhileRunning(t *testing.T) {
 		ids, _ := e.insertInTx(c, fmt.Sprintf("after%d", i), 1)
 		want = append(want, ids...)
 	}
-	// 6 s without the topic: outboxd retries (or stops), the position stays before the rows.
+	// Without the topic outboxd retries (it says so: the ack-stall warning) or stops; until one
+	// of them, and two standby status updates after the rows (a whole status interval to
+	// confirm them, wrongly), the position stays before the rows.
 	exited := false
-	for deadline := time.Now().Add(6 * time.Second); time.Now().Before(deadline) && !exited; time.Sleep(100 * time.Millisecond) {
-		select {
-		case <-p.Done:
-			exited = true
-		default:
-		}
+	notPast := func() {
 		if s := e.storedPosition(); lsn(t, s) > lsn(t, firstIn) {
 			t.Fatalf("stored position %s passed the first row written after the deletion (inside its transaction: %s)", s, firstIn)
 		}
 	}
+	written := time.Now()
+	harness.WaitFor(t, 60*time.Second, "outboxd stopping, or warning that Kafka does not acknowledge", func() bool {
+		notPast()
+		exited = p.Exited()
+		return exited || strings.Contains(p.Out.String(), "no acknowledgement from Kafka")
+	})
+	if !exited {
+		e.waitStatusRepliesAfter(c, written, 30*time.Second, notPast)
+	}
+	notPast()
 	out := p.Out.String()
 	if strings.Contains(out, "dead-lettering") {
 		t.Fatalf("rows for a deleted topic were dead-lettered:\n%s", out)

@@ -174,6 +174,61 @@ func (e *env) storedPosition() string {
 	return d.Position
 }
 
+// waitStored waits until the stored position is at or past walEnd (pg_current_wal_lsn() after
+// the last commit of interest): outboxd stores a position only once Kafka acked every record
+// before it, so a read of the topics after this is the whole output up to walEnd, late extras and
+// duplicates included.
+func (e *env) waitStored(walEnd string, within time.Duration) {
+	e.t.Helper()
+	harness.WaitFor(e.t, within, "the stored position at "+walEnd, func() bool {
+		s := e.storedPosition()
+		return s != "" && lsn(e.t, s) >= lsn(e.t, walEnd)
+	})
+}
+
+// waitFlowing waits until n more records than now are in the outbox topics: rows written under
+// load are flowing into Kafka, so a fault injected next hits a running stream.
+func (e *env) waitFlowing(n int, within time.Duration) {
+	e.t.Helper()
+	count := func() int { return len(testenv.ConsumeAll(e.t, e.broker.Addr(), `outbox\.event\..*`)) }
+	base := count()
+	harness.WaitFor(e.t, within, fmt.Sprintf("%d more records in Kafka", n), func() bool { return count() >= base+n })
+}
+
+// lastStatusReply is when outboxd sent its last standby status update (pg_stat_replication's
+// reply_time; zero when none).
+func (e *env) lastStatusReply(c *pgx.Conn) time.Time {
+	e.t.Helper()
+	var at *time.Time
+	c.QueryRow(context.Background(), "SELECT max(reply_time) FROM pg_stat_replication").Scan(&at)
+	if at == nil {
+		return time.Time{}
+	}
+	return *at
+}
+
+// waitStatusRepliesAfter waits until outboxd has sent two standby status updates to PostgreSQL
+// after since (as reply_time shows): it has had a whole status interval with everything written
+// before since in hand to confirm, or not, what Kafka acked. The event a negative assertion about
+// the slot waits on instead of a fixed time.
+func (e *env) waitStatusRepliesAfter(c *pgx.Conn, since time.Time, within time.Duration, check func()) {
+	e.t.Helper()
+	var first time.Time
+	harness.WaitFor(e.t, within, "two standby status updates after "+since.Format(time.RFC3339Nano), func() bool {
+		if check != nil {
+			check()
+		}
+		r := e.lastStatusReply(c)
+		if first.IsZero() {
+			if r.After(since) {
+				first = r
+			}
+			return false
+		}
+		return r.After(first)
+	})
+}
+
 func (e *env) slotConfirmed(c *pgx.Conn) string {
 	var lsn *string
 	c.QueryRow(context.Background(), "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'outboxd'").Scan(&lsn)
