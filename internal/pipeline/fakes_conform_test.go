@@ -26,7 +26,9 @@ func TestFakeProducersConform(t *testing.T) {
 	})
 	t.Run("cappedProducer", func(t *testing.T) {
 		sinktest.Run(t, sinktest.Harness{Record: rec, Wait: 10 * time.Second,
-			New: func(t *testing.T) sinktest.Producer { return &cappedProducer{fakeProducer: fakeProducer{auto: true}, cap: 1 << 20, t: t} }})
+			New: func(t *testing.T) sinktest.Producer {
+				return &cappedProducer{fakeProducer: fakeProducer{auto: true}, cap: 1 << 20, t: t}
+			}})
 	})
 }
 
