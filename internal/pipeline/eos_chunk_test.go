@@ -13,12 +13,14 @@ import (
 	"github.com/outboxd/outboxd/source"
 )
 
-// chunkSource serves chunks (txs() with "|" cuts) and re-reads from the start of the first
-// transaction ending after the position it is opened at (as the real sources do).
+// chunkSource serves chunks (txs() with "|" cuts, or aloBigTx) and re-reads from the start of
+// the first transaction ending after the position it is opened at (as the real sources do). The
+// fake source of both runners' chunk tests.
 type chunkSource struct {
 	chunks  []source.Tx
 	delay   time.Duration // before each chunk
 	failAt  int           // the first time chunk index failAt is due, fail instead (0: never)
+	gate    chan struct{} // when set, that failure waits for it to be closed
 	blockAt int           // never hand out chunk index blockAt (0: no block)
 
 	mu        sync.Mutex
@@ -60,6 +62,13 @@ func (s *chunkSource) Next(ctx context.Context) (source.Tx, error) {
 	if s.failAt > 0 && i == s.failAt {
 		s.failAt = 0
 		s.mu.Unlock()
+		if s.gate != nil {
+			select {
+			case <-s.gate:
+			case <-ctx.Done():
+				return source.Tx{}, ctx.Err()
+			}
+		}
 		return source.Tx{}, errors.New("connection reset")
 	}
 	s.n++

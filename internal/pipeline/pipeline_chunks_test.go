@@ -14,67 +14,6 @@ import (
 
 // at_least_once with transactions handed over in chunks (issue 13).
 
-// aloChunkSource serves transactions as chunks. Open(from) starts at the first chunk of the first
-// transaction ending after from, as a real source does; failAt makes Next fail once, before the
-// chunk with that index (counting from the start of the list).
-type aloChunkSource struct {
-	mu        sync.Mutex
-	chunks    []source.Tx
-	i         int
-	failAt    int           // -1: never
-	gate      chan struct{} // when set, the failure waits for it to be closed
-	opens     []source.Position
-	confirmed []source.Position
-}
-
-func (s *aloChunkSource) Open(_ context.Context, from source.Position) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.opens = append(s.opens, from)
-	s.i = 0
-	if from != "" {
-		for j, c := range s.chunks { // the chunk after the one ending at from
-			if c.Position == from {
-				s.i = j + 1
-			}
-		}
-	}
-	return nil
-}
-
-func (s *aloChunkSource) Next(ctx context.Context) (source.Tx, error) {
-	s.mu.Lock()
-	if s.i == s.failAt {
-		s.failAt = -1
-		s.mu.Unlock()
-		if s.gate != nil {
-			select {
-			case <-s.gate:
-			case <-ctx.Done():
-				return source.Tx{}, ctx.Err()
-			}
-		}
-		return source.Tx{}, errors.New("connection reset")
-	}
-	if s.i < len(s.chunks) {
-		c := s.chunks[s.i]
-		s.i++
-		s.mu.Unlock()
-		return c, nil
-	}
-	s.mu.Unlock()
-	<-ctx.Done()
-	return source.Tx{}, ctx.Err()
-}
-
-func (s *aloChunkSource) Confirm(_ context.Context, p source.Position) error {
-	s.mu.Lock()
-	s.confirmed = append(s.confirmed, p)
-	s.mu.Unlock()
-	return nil
-}
-func (s *aloChunkSource) Close() error { return nil }
-
 // aloBigTx is one transaction of n rows in chunks of per rows, ending at pos.
 func aloBigTx(pos source.Position, n, per int, agg string) []source.Tx {
 	var out []source.Tx
@@ -93,7 +32,7 @@ func aloBigTx(pos source.Position, n, per int, agg string) []source.Tx {
 // position is stored (and confirmed) only once every record of all its chunks is acked.
 func TestChunkedTransactionStoredOnlyWhenWhole(t *testing.T) {
 	chunks := append(aloBigTx("01", 1, 1, "x"), aloBigTx("02", 40, 4, "x")...)
-	src := &aloChunkSource{chunks: chunks, failAt: -1}
+	src := &chunkSource{chunks: chunks}
 	p, st := &fakeProducer{}, &memStore{}
 	o := options(nil, p, st)
 	o.NewSource = func() source.Source { return src }
@@ -135,7 +74,7 @@ func TestChunkedTransactionStoredOnlyWhenWhole(t *testing.T) {
 // first chunks a second time: duplicates, never a gap).
 func TestSourceErrorBetweenChunksRereadsWhole(t *testing.T) {
 	chunks := append(aloBigTx("01", 2, 2, "x"), aloBigTx("02", 9, 3, "x")...)
-	src := &aloChunkSource{chunks: chunks, failAt: 3, gate: make(chan struct{})} // after 01 and two chunks of 02
+	src := &chunkSource{chunks: chunks, failAt: 3, gate: make(chan struct{})} // after 01 and two chunks of 02
 	p, st := &fakeProducer{auto: true}, &memStore{}
 	o := options(nil, p, st)
 	o.NewSource = func() source.Source { return src }
@@ -177,7 +116,7 @@ func TestSourceErrorBetweenChunksRereadsWhole(t *testing.T) {
 func TestDeadLetterOfAChunkSaysWhereItLies(t *testing.T) {
 	chunks := append(aloBigTx("01", 1, 1, "x"), aloBigTx("02", 4, 2, "bad topic")...)
 	chunks = append(chunks, aloBigTx("03", 1, 1, "bad topic")...)
-	src := &aloChunkSource{chunks: chunks, failAt: -1}
+	src := &chunkSource{chunks: chunks}
 	p := &fakeProducer{auto: true, failFor: map[string]error{"outbox.event.bad topic": errors.New("too large")}}
 	st := &memStore{}
 	o := options(nil, p, st)
@@ -224,7 +163,7 @@ func TestInflightBytesCapAcrossChunks(t *testing.T) {
 		chunks = append(chunks, source.Tx{Rows: rs, More: i < 3})
 	}
 	chunks[3].Position = "01"
-	src := &aloChunkSource{chunks: chunks, failAt: -1}
+	src := &chunkSource{chunks: chunks}
 	p, st := &fakeProducer{}, &memStore{}
 	o := options(nil, p, st)
 	o.NewSource = func() source.Source { return src }
@@ -275,7 +214,7 @@ func (p *cappedProducer) Produce(ctx context.Context, rec *sink.Record, done fun
 // lower) never makes the loop call Produce past the producer's cap: the core paces the sends.
 func TestChunkLargerThanMaxInflightNeverBlocksProduce(t *testing.T) {
 	chunks := aloBigTx("01", 50, 25, "x")
-	src := &aloChunkSource{chunks: chunks, failAt: -1}
+	src := &chunkSource{chunks: chunks}
 	p, st := &cappedProducer{cap: 10, t: t}, &memStore{}
 	o := options(nil, &p.fakeProducer, st)
 	o.Producer = p
