@@ -14,7 +14,6 @@ package bench
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -36,56 +35,34 @@ import (
 	"github.com/outboxd/outboxd/sink/kafka"
 	"github.com/outboxd/outboxd/source"
 	"github.com/outboxd/outboxd/source/postgres"
+	"github.com/outboxd/outboxd/source/postgres/pgoutputtest"
 	"github.com/outboxd/outboxd/transform/outbox"
 )
 
 // A ~300-byte payload as the bench's loader writes it (jsonb text form).
 const benchPayload = `{"ts": 1732886400123456, "lines": [{"qty": 2, "sku": "SKU-42", "price": 9.99}, {"qty": 2, "sku": "SKU-42", "price": 19.5}], "note": "c4ca4238a0b923820dcc509a6f75849bc81e728d9d4c2f636f067f89cc14862c", "amount": 57.54, "status": "CREATED", "orderId": 42, "currency": "EUR", "createdAt": "2026-11-29 13:33:44.123456+00", "customerId": "customer-42"}`
 
-// pgoutput protocol-version-1 messages, wrapped in XLogData as the walsender sends them.
-type pgmsg []byte
+// pgoutput protocol-version-1 messages (package pgoutputtest), wrapped in XLogData as the
+// walsender sends them.
 
-func (b pgmsg) u8(v byte) pgmsg    { return append(b, v) }
-func (b pgmsg) u16(v uint16) pgmsg { return binary.BigEndian.AppendUint16(b, v) }
-func (b pgmsg) u32(v uint32) pgmsg { return binary.BigEndian.AppendUint32(b, v) }
-func (b pgmsg) u64(v uint64) pgmsg { return binary.BigEndian.AppendUint64(b, v) }
-func (b pgmsg) str(s string) pgmsg { return append(append(b, s...), 0) }
+func xlog(lsn uint64, walData []byte) []byte { return pgoutputtest.XLogData(lsn, lsn, walData) }
 
-func xlog(lsn uint64, walData pgmsg) []byte {
-	return append(pgmsg{'w'}.u64(lsn).u64(lsn).u64(0), walData...)
+// benchCommitTime is the transactions' commit time (any fixed time: the decoder's cost does not
+// depend on it).
+var benchCommitTime = pgoutputtest.Epoch.Add(0x2d0000000000 * time.Microsecond)
+
+func relationMsg() []byte {
+	return pgoutputtest.Relation(16384, "public", "outbox", pgoutputtest.OutboxColumns...)
 }
 
-var outboxColumns = []struct {
-	name string
-	oid  uint32
-}{{"id", 2950}, {"aggregatetype", 25}, {"aggregateid", 25}, {"type", 25}, {"payload", 3802}, {"created_at", 1184}}
-
-func relationMsg() pgmsg {
-	b := pgmsg{'R'}.u32(16384).str("public").str("outbox").u8('d').u16(uint16(len(outboxColumns)))
-	for i, c := range outboxColumns {
-		b = b.u8(byte(min(i, 1) ^ 1)).str(c.name).u32(c.oid).u32(0xFFFFFFFF)
-	}
-	return b
+func insertMsg(i int) []byte {
+	return pgoutputtest.Insert(16384, pgoutputtest.Texts(fmt.Sprintf("6d3f1c2e-5a4b-4c3d-9e8f-%012d", i), "order",
+		fmt.Sprintf("customer-%d", i%1000), "OrderCreated", benchPayload, "2026-11-29 13:33:44.123456+00")...)
 }
 
-func insertMsg(i int) pgmsg {
-	vals := []string{fmt.Sprintf("6d3f1c2e-5a4b-4c3d-9e8f-%012d", i), "order", fmt.Sprintf("customer-%d", i%1000),
-		"OrderCreated", benchPayload, "2026-11-29 13:33:44.123456+00"}
-	b := pgmsg{'I'}.u32(16384).u8('N').u16(uint16(len(vals)))
-	for _, v := range vals {
-		b = b.u8('t').u32(uint32(len(v)))
-		b = append(b, v...)
-	}
-	return b
-}
+func beginMsg(lsn uint64, xid uint32) []byte { return pgoutputtest.Begin(lsn, benchCommitTime, xid) }
 
-func beginMsg(lsn uint64, xid uint32) pgmsg {
-	return pgmsg{'B'}.u64(lsn).u64(0x2d0000000000).u32(xid)
-}
-
-func commitMsg(lsn, end uint64) pgmsg {
-	return pgmsg{'C'}.u8(0).u64(lsn).u64(end).u64(0x2d0000000000)
-}
+func commitMsg(lsn, end uint64) []byte { return pgoutputtest.Commit(lsn, end, benchCommitTime) }
 
 // hotPath is the per-event work of the PostgreSQL drain without I/O: what the stream loop, the
 // pipeline and the producer's build do for each message and record.
@@ -346,7 +323,7 @@ func BenchmarkRecordEncode(b *testing.B) {
 // TestHotPathFixtures checks the hand-built pgoutput messages decode to the expected record.
 func TestHotPathFixtures(t *testing.T) {
 	dec := postgres.NewDecoder([]string{"public.outbox"})
-	for _, m := range []pgmsg{relationMsg(), beginMsg(90, 7), insertMsg(42)} {
+	for _, m := range [][]byte{relationMsg(), beginMsg(90, 7), insertMsg(42)} {
 		if _, _, err := dec.Decode(m); err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/outboxd/outboxd/source"
+	"github.com/outboxd/outboxd/source/postgres/pgoutputtest"
 )
 
 // loaded is the relation map of a partitioned public.outbox (OID 100) with leaves 101 and 102,
@@ -237,10 +238,7 @@ func TestDecodeMessagesAreNotData(t *testing.T) {
 	d := NewDecoder([]string{"public.outbox"})
 	var got []string
 	d.onMessage = func(m pgMessage) { got = append(got, fmt.Sprintf("%s/%v", m.prefix, m.transactional)) }
-	nonTx := func(prefix string) []byte {
-		b := msgBuf{'M'}.u8(0).u64(0x90).str(prefix).u32(2)
-		return append(b, "hi"...)
-	}
+	nonTx := func(prefix string) []byte { return pgoutputtest.Message(false, 0x90, prefix, "hi") }
 	tx := one(t, feed(t, d,
 		relMsg(1, "public", "outbox", outboxCols...),
 		beginMsg(0x100, t0, 1),

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/outboxd/outboxd/source"
+	"github.com/outboxd/outboxd/source/postgres/pgoutputtest"
 )
 
 var (
@@ -77,11 +78,61 @@ func TestFixturesMatchPglogrepl(t *testing.T) {
 		ins.Tuple.Columns[1].DataType != 'n' || ins.Tuple.Columns[2].Length != 0 {
 		t.Errorf("insert: %+v", ins.Tuple.Columns)
 	}
-	for _, msg := range [][]byte{updateMsg(1, txt("x")), deleteMsg(1, txt("x")), truncateMsg(1, 2),
-		typeMsg(oidEnum, "public", "mood"), originMsg(5, "o"), logicalMsg(5, "p", "c")} {
-		if _, err := pglogrepl.Parse(msg); err != nil {
-			t.Errorf("pglogrepl cannot parse fixture %q: %v", msg[0], err)
+	m, _ = pglogrepl.Parse(updateMsg(7, txt("x"), null))
+	if u := m.(*pglogrepl.UpdateMessage); u.RelationID != 7 || u.OldTuple != nil || len(u.NewTuple.Columns) != 2 ||
+		string(u.NewTuple.Columns[0].Data) != "x" || u.NewTuple.Columns[1].DataType != 'n' {
+		t.Errorf("update: %+v", u)
+	}
+	m, _ = pglogrepl.Parse(deleteMsg(7, txt("k")))
+	if d := m.(*pglogrepl.DeleteMessage); d.RelationID != 7 || d.OldTupleType != 'K' || len(d.OldTuple.Columns) != 1 ||
+		string(d.OldTuple.Columns[0].Data) != "k" {
+		t.Errorf("delete: %+v", d)
+	}
+	m, _ = pglogrepl.Parse(truncateMsg(1, 2))
+	if tr := m.(*pglogrepl.TruncateMessage); tr.RelationNum != 2 || len(tr.RelationIDs) != 2 || tr.RelationIDs[1] != 2 {
+		t.Errorf("truncate: %+v", tr)
+	}
+	m, _ = pglogrepl.Parse(typeMsg(oidEnum, "public", "mood"))
+	if ty := m.(*pglogrepl.TypeMessage); ty.DataType != oidEnum || ty.Namespace != "public" || ty.Name != "mood" {
+		t.Errorf("type: %+v", ty)
+	}
+	m, _ = pglogrepl.Parse(originMsg(5, "o"))
+	if o := m.(*pglogrepl.OriginMessage); o.CommitLSN != 5 || o.Name != "o" {
+		t.Errorf("origin: %+v", o)
+	}
+	for _, transactional := range []bool{true, false} {
+		m, _ = pglogrepl.Parse(pgoutputtest.Message(transactional, 0x90, "app.audit", "hi"))
+		if lm := m.(*pglogrepl.LogicalDecodingMessage); lm.Transactional != transactional || lm.LSN != 0x90 ||
+			lm.Prefix != "app.audit" || string(lm.Content) != "hi" {
+			t.Errorf("message (transactional %v): %+v", transactional, lm)
 		}
+	}
+	if !bytes.Equal(logicalMsg(5, "p", "c"), pgoutputtest.Message(true, 5, "p", "c")) {
+		t.Error("logicalMsg is not a transactional message")
+	}
+	if l := len(insertMsg(1, tv{Kind: 'u'}, tv{Kind: 'b', Data: "\x01"})); l != 1+4+1+2+1+1+4+1 {
+		t.Errorf("insert with unchanged and binary columns: %d bytes", l)
+	}
+
+	// The streaming replication protocol's framing.
+	data := insertMsg(1, txt("a"))
+	x, err := pglogrepl.ParseXLogData(pgoutputtest.XLogData(0x10, 0x20, data)[1:])
+	if err != nil || x.WALStart != 0x10 || x.ServerWALEnd != 0x20 || !bytes.Equal(x.WALData, data) {
+		t.Errorf("XLogData: %+v, %v", x, err)
+	}
+	if xb := pgoutputtest.XLogData(0x10, 0x20, data); xb[0] != pglogrepl.XLogDataByteID || len(xb) != pgoutputtest.XLogDataHeaderLen+len(data) {
+		t.Errorf("XLogData: type %q, %d bytes", xb[0], len(xb))
+	}
+	for _, reply := range []bool{true, false} {
+		kb := pgoutputtest.AppendKeepalive(nil, 0x30, reply)
+		k, err := pglogrepl.ParsePrimaryKeepaliveMessage(kb[1:])
+		if err != nil || kb[0] != pglogrepl.PrimaryKeepaliveMessageByteID || len(kb) != pgoutputtest.KeepaliveLen ||
+			k.ServerWALEnd != 0x30 || k.ReplyRequested != reply {
+			t.Errorf("keepalive (reply %v): %+v, %v", reply, k, err)
+		}
+	}
+	if h := pgoutputtest.AppendCopyDataHeader([]byte{'x'}, 25); !bytes.Equal(h, []byte{'x', 'd', 0, 0, 0, 29}) {
+		t.Errorf("CopyData header %v", h)
 	}
 }
 
@@ -277,8 +328,8 @@ func TestDecodeErrors(t *testing.T) {
 		msgs [][]byte
 		want string
 	}{
-		{"unchanged toast in insert", [][]byte{rel, beginMsg(1, t0, 1), insertMsg(1, txt("x"), tv{kind: 'u'})}, "unchanged-TOAST"},
-		{"binary column", [][]byte{rel, beginMsg(1, t0, 1), insertMsg(1, txt("x"), tv{kind: 'b', data: "\x01"})}, "binary"},
+		{"unchanged toast in insert", [][]byte{rel, beginMsg(1, t0, 1), insertMsg(1, txt("x"), tv{Kind: 'u'})}, "unchanged-TOAST"},
+		{"binary column", [][]byte{rel, beginMsg(1, t0, 1), insertMsg(1, txt("x"), tv{Kind: 'b', Data: "\x01"})}, "binary"},
 		{"bad bytea", [][]byte{rel, beginMsg(1, t0, 1), insertMsg(1, txt("x"), txt(`\x0g`))}, "invalid digit"},
 		{"odd bytea", [][]byte{rel, beginMsg(1, t0, 1), insertMsg(1, txt("x"), txt(`\x0`))}, "odd"},
 		{"bad escape", [][]byte{rel, beginMsg(1, t0, 1), insertMsg(1, txt("x"), txt(`a\9`))}, "invalid escape"},
@@ -288,7 +339,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"nested begin", [][]byte{beginMsg(1, t0, 1), beginMsg(2, t0, 2)}, "inside open"},
 		{"streaming message", [][]byte{{'S', 0, 0, 0, 1, 1}}, "unexpected message type"},
 		{"empty message", [][]byte{{}}, "empty"},
-		{"bad tuple kind", [][]byte{rel, beginMsg(1, t0, 1), insertMsg(1, txt("x"), tv{kind: 'z'})}, "unknown tuple data kind"},
+		{"bad tuple kind", [][]byte{rel, beginMsg(1, t0, 1), insertMsg(1, txt("x"), tv{Kind: 'z'})}, "unknown tuple data kind"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

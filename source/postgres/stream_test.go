@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/outboxd/outboxd/source"
+	"github.com/outboxd/outboxd/source/postgres/pgoutputtest"
 )
 
 // The stream loop against a fake walsender on a loopback TCP connection: no PostgreSQL, so the
@@ -154,26 +155,13 @@ func (f *fakeWalsender) write(tb testing.TB, b []byte) {
 // appendXLogData appends a CopyData message carrying an XLogData message carrying data (one
 // pgoutput message).
 func appendXLogData(b []byte, walStart, walEnd uint64, data []byte) []byte {
-	b = append(b, 'd')
-	b = binary.BigEndian.AppendUint32(b, uint32(4+25+len(data)))
-	b = append(b, pglogrepl.XLogDataByteID)
-	b = binary.BigEndian.AppendUint64(b, walStart)
-	b = binary.BigEndian.AppendUint64(b, walEnd)
-	b = binary.BigEndian.AppendUint64(b, 0) // send time
-	return append(b, data...)
+	b = pgoutputtest.AppendCopyDataHeader(b, pgoutputtest.XLogDataHeaderLen+len(data))
+	return pgoutputtest.AppendXLogData(b, walStart, walEnd, data)
 }
 
 // appendKeepalive appends a CopyData message carrying a primary keepalive message.
 func appendKeepalive(b []byte, walEnd uint64, reply bool) []byte {
-	b = append(b, 'd')
-	b = binary.BigEndian.AppendUint32(b, 4+18)
-	b = append(b, pglogrepl.PrimaryKeepaliveMessageByteID)
-	b = binary.BigEndian.AppendUint64(b, walEnd)
-	b = binary.BigEndian.AppendUint64(b, 0) // send time
-	if reply {
-		return append(b, 1)
-	}
-	return append(b, 0)
+	return pgoutputtest.AppendKeepalive(pgoutputtest.AppendCopyDataHeader(b, pgoutputtest.KeepaliveLen), walEnd, reply)
 }
 
 // appendOutboxTx appends a transaction with rows outbox rows ending at end. It allocates
