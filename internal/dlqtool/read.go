@@ -15,8 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/IBM/sarama"
-
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/sink/kafka"
 )
@@ -93,32 +91,6 @@ func (r *Record) EventID(idColumn string) string {
 // it on its first dead letter when the cluster auto-creates topics).
 var ErrNoTopic = errors.New("the dead-letter topic does not exist")
 
-// idleEnd is how long a partition may stay silent, once the consumer has seen the end offset
-// taken at start, before the rest of the range is taken to be control records or gaps that a
-// read_committed consumer never returns.
-var idleEnd = 2 * time.Second
-
-// consumerConfig is the producer's sarama config (TLS, SASL, client id) turned into a bounded
-// read_committed consumer config that never creates topics.
-func consumerConfig(kc kafka.Config) (*sarama.Config, error) {
-	sc, err := kc.SaramaConfig()
-	if err != nil {
-		return nil, err
-	}
-	sc.Metadata.AllowAutoTopicCreation = false
-	// SaramaConfig retries metadata for about a day (right for the pipeline); a command should
-	// fail within seconds when the cluster is unreachable.
-	sc.Metadata.Retry.Max = 4
-	sc.Metadata.Retry.BackoffFunc = nil
-	sc.Metadata.Retry.Backoff = 250 * time.Millisecond
-	sc.Metadata.Timeout = 0
-	sc.Consumer.IsolationLevel = sarama.ReadCommitted
-	sc.Consumer.Return.Errors = true
-	sc.Consumer.MaxWaitTime = 250 * time.Millisecond
-	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
-	return sc, nil
-}
-
 // Read calls fn for every record of the DLQ topic, from the beginning of each partition.
 // Without follow it stops at the end offsets (last stable offsets) taken when it starts, reading
 // the partitions one after the other, so records come in partition, then offset order. With
@@ -126,35 +98,44 @@ func consumerConfig(kc kafka.Config) (*sarama.Config, error) {
 // ctx ends, which is then not an error; a missing topic is waited for. fn is never called
 // concurrently; an error from it stops Read and is returned.
 func Read(ctx context.Context, c Conn, follow bool, fn func(*Record) error) error {
-	sc, err := consumerConfig(c.Kafka)
+	// A command fails within seconds when the cluster is unreachable (about 4 x 250ms).
+	adm, err := kafka.Dial(c.Kafka, 4, 250*time.Millisecond)
 	if err != nil {
 		return err
 	}
-	client, err := sarama.NewClient(c.Kafka.Brokers, sc)
-	if err != nil {
-		return fmt.Errorf("kafka.brokers %v: %w", c.Kafka.Brokers, err)
-	}
-	defer client.Close()
-	parts, err := partitions(ctx, client, c, follow)
+	defer adm.Close()
+	parts, err := partitions(ctx, adm, c, follow)
 	if err != nil {
 		return err
 	}
 	if ctx.Err() != nil {
 		return nil
 	}
-	consumer, err := sarama.NewConsumerFromClient(client)
+	rd, err := adm.NewReader()
 	if err != nil {
-		return fmt.Errorf("kafka consumer: %w", err)
+		return err
 	}
-	defer consumer.Close()
+	defer rd.Close()
+	rec := func(m *kafka.Message) *Record {
+		return &Record{Partition: m.Partition, Offset: m.Offset, Timestamp: m.Timestamp, Key: m.Key, Value: m.Value, Headers: m.Headers}
+	}
+	warn := func(err error) {
+		if c.Warn != nil {
+			c.Warn(fmt.Errorf("kafka.dlq_topic %w", err))
+		}
+	}
 
 	if !follow {
 		// Every partition's end first: records dead-lettered while we read are not waited for.
 		ends := make([]int64, len(parts))
 		for i, p := range parts {
-			start, end, err := bounds(client, c.Topic, p)
+			start, err := adm.Offset(c.Topic, p, kafka.Earliest, kafka.ReadCommitted)
+			var end int64
+			if err == nil {
+				end, err = adm.Offset(c.Topic, p, kafka.Latest, kafka.ReadCommitted)
+			}
 			if err != nil {
-				return err
+				return fmt.Errorf("kafka.dlq_topic %w", err)
 			}
 			if end <= start {
 				end = -1 // empty
@@ -165,8 +146,9 @@ func Read(ctx context.Context, c Conn, follow bool, fn func(*Record) error) erro
 			if ends[i] < 0 {
 				continue
 			}
-			if err := readPartition(ctx, consumer, c.Topic, p, sarama.OffsetOldest, ends[i], fn, c.Warn); err != nil {
-				return err
+			err := rd.ReadPartition(ctx, c.Topic, p, ends[i], func(m *kafka.Message) error { return callFn(fn, rec(m)) }, nil)
+			if err != nil {
+				return readErr(err)
 			}
 		}
 		return nil
@@ -187,20 +169,20 @@ func Read(ctx context.Context, c Conn, follow bool, fn func(*Record) error) erro
 		mu.Unlock()
 		cancel()
 	}
-	locked := func(r *Record) error {
+	locked := func(m *kafka.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if first != nil {
 			return first
 		}
-		return fn(r)
+		return callFn(fn, rec(m))
 	}
 	for _, p := range parts {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := readPartition(ctx, consumer, c.Topic, p, sarama.OffsetOldest, -1, locked, c.Warn); err != nil {
-				fail(err)
+			if err := rd.ReadPartition(ctx, c.Topic, p, -1, locked, warn); err != nil {
+				fail(readErr(err))
 			}
 		}()
 	}
@@ -208,117 +190,53 @@ func Read(ctx context.Context, c Conn, follow bool, fn func(*Record) error) erro
 	return first
 }
 
+// fnError carries an error of Read's fn through kafka.Reader, so that it comes back
+// unchanged while the Reader's own errors ("<topic> partition <n>: ...") get the config key.
+type fnError struct{ err error }
+
+func (e *fnError) Error() string { return e.err.Error() }
+
+func callFn(fn func(*Record) error, r *Record) error {
+	if err := fn(r); err != nil {
+		return &fnError{err}
+	}
+	return nil
+}
+
+func readErr(err error) error {
+	var fe *fnError
+	if errors.As(err, &fe) {
+		return fe.err
+	}
+	return fmt.Errorf("kafka.dlq_topic %w", err)
+}
+
 // partitions lists the topic's partitions; a missing topic is ErrNoTopic, or, with wait, waited
 // for until it exists or ctx ends.
-func partitions(ctx context.Context, client sarama.Client, c Conn, wait bool) ([]int32, error) {
+func partitions(ctx context.Context, adm *kafka.Admin, c Conn, wait bool) ([]int32, error) {
 	topic := c.Topic
-	for {
-		err := client.RefreshMetadata(topic)
-		var parts []int32
-		if err == nil {
-			parts, err = client.Partitions(topic)
-		}
+	for settling := 0; ; {
+		parts, err := adm.Partitions(topic)
 		switch {
-		case err == nil && len(parts) > 0:
+		case err == nil:
 			return parts, nil
-		case err == nil || errors.Is(err, sarama.ErrUnknownTopicOrPartition):
+		case errors.Is(err, kafka.ErrUnknownTopic):
 			if !wait {
 				return nil, fmt.Errorf("kafka.dlq_topic %s: %w", topic, ErrNoTopic)
 			}
+		case errors.Is(err, kafka.ErrLeaderNotAvailable) && (wait || settling < 4):
+			settling++ // just created: its leaders are being elected
 		default:
 			return nil, fmt.Errorf("kafka.brokers %v: metadata of kafka.dlq_topic %s: %w", c.Kafka.Brokers, topic, err)
+		}
+		d := time.Second // a missing topic, while following
+		if settling > 0 {
+			d = 250 * time.Millisecond
 		}
 		select {
 		case <-ctx.Done():
 			return nil, nil
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-// bounds returns the partition's log start offset and its last stable offset (the end of what a
-// read_committed consumer can read now).
-func bounds(client sarama.Client, topic string, p int32) (start, end int64, err error) {
-	leader, err := client.Leader(topic, p)
-	if err != nil {
-		return 0, 0, fmt.Errorf("kafka.dlq_topic %s partition %d: leader: %w", topic, p, err)
-	}
-	get := func(at int64) (int64, error) {
-		req := sarama.NewOffsetRequest(client.Config().Version)
-		req.IsolationLevel = sarama.ReadCommitted
-		req.AddBlock(topic, p, at, 1)
-		resp, err := leader.GetAvailableOffsets(req)
-		if err != nil {
-			return 0, err
-		}
-		b := resp.GetBlock(topic, p)
-		switch {
-		case b == nil:
-			return 0, sarama.ErrIncompleteResponse
-		case !errors.Is(b.Err, sarama.ErrNoError):
-			return 0, b.Err
-		case len(b.Offsets) == 1:
-			return b.Offsets[0], nil
-		}
-		return 0, sarama.ErrOffsetOutOfRange
-	}
-	if start, err = get(sarama.OffsetOldest); err == nil {
-		end, err = get(sarama.OffsetNewest)
-	}
-	if err != nil {
-		return 0, 0, fmt.Errorf("kafka.dlq_topic %s partition %d: list offsets from broker %s: %w", topic, p, leader.Addr(), err)
-	}
-	return start, end, nil
-}
-
-// readPartition reads p from start (an offset or sarama.OffsetOldest); with end >= 0 it returns
-// once it has the record before end.
-func readPartition(ctx context.Context, consumer sarama.Consumer, topic string, p int32, start, end int64,
-	fn func(*Record) error, warn func(error)) error {
-	pc, err := consumer.ConsumePartition(topic, p, start)
-	if err != nil {
-		return fmt.Errorf("kafka.dlq_topic %s partition %d: %w", topic, p, err)
-	}
-	defer pc.Close()
-	idle := time.NewTimer(idleEnd)
-	defer idle.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case m := <-pc.Messages():
-			if end >= 0 && m.Offset >= end {
-				return nil
-			}
-			r := &Record{Partition: m.Partition, Offset: m.Offset, Timestamp: m.Timestamp, Key: m.Key, Value: m.Value}
-			for _, h := range m.Headers {
-				if h != nil {
-					r.Headers = append(r.Headers, sink.Header{Key: string(h.Key), Value: h.Value})
-				}
-			}
-			if err := fn(r); err != nil {
-				return err
-			}
-			if end >= 0 && m.Offset+1 >= end {
-				return nil
-			}
-			idle.Reset(idleEnd)
-		case cerr := <-pc.Errors():
-			if end < 0 {
-				// Following: sarama retries by itself; the error is worth a line, not an exit.
-				if warn != nil {
-					warn(fmt.Errorf("kafka.dlq_topic %s partition %d: %w (retrying)", topic, p, cerr.Err))
-				}
-				continue
-			}
-			return fmt.Errorf("kafka.dlq_topic %s partition %d: %w", topic, p, cerr.Err)
-		case <-idle.C:
-			// Nothing for a while although the consumer's fetches reached the end offset: the
-			// rest of the range is control records (transaction markers) or aborted data.
-			if end >= 0 && pc.HighWaterMarkOffset() >= end {
-				return nil
-			}
-			idle.Reset(idleEnd)
+		case <-time.After(d):
 		}
 	}
 }

@@ -291,10 +291,10 @@ func TestOffsetStoreUnreachable(t *testing.T) {
 	t.Logf("failed after %v: %v", time.Since(start), err)
 }
 
-// TestScanBlockReadCommitted checks the read_committed filter on a hand-made fetch response:
+// TestTailLastDelivered checks, on hand-made batches, which record ReadPartition stops at:
 // two transactional producers interleaved, one transaction aborted, plus non-transactional
-// records and control markers.
-func TestScanBlockReadCommitted(t *testing.T) {
+// records and control markers. It is the read_committed filter sarama's consumer applies.
+func TestTailLastDelivered(t *testing.T) {
 	data := func(first int64, pid int64, txn bool, vals ...string) *sarama.Records {
 		rb := &sarama.RecordBatch{FirstOffset: first, ProducerID: pid, IsTransactional: txn, LastOffsetDelta: int32(len(vals) - 1)}
 		for i, v := range vals {
@@ -310,29 +310,44 @@ func TestScanBlockReadCommitted(t *testing.T) {
 		return &sarama.Records{RecordBatch: &sarama.RecordBatch{FirstOffset: off, ProducerID: pid, IsTransactional: true, Control: true,
 			Records: []*sarama.Record{{Key: []byte{0, 0, 0, typ}, Value: []byte{0, 0, 0, 0, 0, 0}}}}}
 	}
-	blk := &sarama.FetchResponseBlock{
-		RecordsSet: []*sarama.Records{
-			data(0, 1, true, "a1", "a2"), // pid 1, committed at 5
-			data(2, 2, true, "b1"),       // pid 2, aborted at 4
-			data(3, 9, false, "plain"),
-			marker(4, 2, false),
-			marker(5, 1, true),
-			data(6, 2, true, "b2"), // pid 2 again, committed at 8
-			data(7, 1, true, "a3"), // pid 1, aborted at 9
-			marker(8, 2, true),
-			marker(9, 1, false),
-		},
-		AbortedTransactions: []*sarama.AbortedTransaction{{ProducerID: 1, FirstOffset: 7}, {ProducerID: 2, FirstOffset: 2}},
+	set := []*sarama.Records{
+		data(0, 1, true, "a1", "a2"), // pid 1, committed at 5
+		data(2, 2, true, "b1"),       // pid 2, aborted at 4
+		data(3, 9, false, "plain"),
+		marker(4, 2, false),
+		marker(5, 1, true),
+		data(6, 2, true, "b2"), // pid 2 again, committed at 8
+		data(7, 1, true, "a3"), // pid 1, aborted at 9
+		marker(8, 2, true),
+		marker(9, 1, false),
 	}
-	var got []string
-	next, err := scanBlock(blk, 1, func(off int64, r *sarama.Record) error {
-		got = append(got, fmt.Sprintf("%d:%s", off, r.Value))
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		end, last int64
+	}{
+		{10, 6}, // b2; a3 aborted, then two markers
+		{8, 6},  // b2's marker is past end: still delivered
+		{6, 3},  // plain; a2 committed at 5 is older
+		{3, 1},  // a2 (committed at 5); b1 aborted
+		{1, 0},  // a1
+	} {
+		tl := tail{end: c.end, last: -1, pending: map[int64]int64{}}
+		if next := tl.addAll(set, 0); next != 10 {
+			t.Fatalf("end %d: next %d, want 10", c.end, next)
+		}
+		if tl.last != c.last || len(tl.pending) != 0 {
+			t.Errorf("end %d: last %d (pending %v), want %d", c.end, tl.last, tl.pending, c.last)
+		}
 	}
-	if want := "1:a2 3:plain 6:b2"; strings.Join(got, " ") != want || next != 10 {
-		t.Fatalf("got %v next %d; want %s next 10", got, next, want)
+	// Only aborted data and markers: nothing is delivered.
+	tl := tail{end: 10, last: -1, pending: map[int64]int64{}}
+	tl.addAll([]*sarama.Records{data(0, 2, true, "x"), marker(1, 2, false), marker(2, 1, true)}, 0)
+	if tl.last != -1 {
+		t.Fatalf("aborted only: last %d, want -1", tl.last)
+	}
+	// A transaction whose marker was not read yet stays pending.
+	tl = tail{end: 10, last: -1, pending: map[int64]int64{}}
+	tl.addAll([]*sarama.Records{data(0, 9, false, "p"), data(1, 2, true, "x", "y")}, 0)
+	if tl.last != 0 || tl.pending[2] != 2 {
+		t.Fatalf("open: last %d pending %v, want 0 and {2: 2}", tl.last, tl.pending)
 	}
 }
