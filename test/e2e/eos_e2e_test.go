@@ -82,7 +82,7 @@ func (e *env) committedPosition() string {
 func (e *env) visiblePosition() string {
 	e.t.Helper()
 	pos := ""
-	for _, r := range testenv.Consume(e.t, e.broker.Addr(), `outboxd\.offsets`, 0, time.Second) {
+	for _, r := range testenv.ConsumeAll(e.t, e.broker.Addr(), `outboxd\.offsets`) {
 		if string(r.Key) == "postgres:outboxd" {
 			var d struct{ Position string }
 			if err := json.Unmarshal(r.Value, &d); err != nil {
@@ -95,13 +95,16 @@ func (e *env) visiblePosition() string {
 }
 
 // expectExactlyOnce waits until every id in want was consumed (read_committed), then checks that
-// nothing else and nothing twice arrived.
+// nothing else and nothing twice arrived. The last row written is among them, and outboxd
+// delivers in commit order in one transaction after the other: whatever it delivers (again)
+// before that row is committed or aborted by the time that row is visible, so reading the
+// topics to their end then sees every duplicate.
 func (e *env) expectExactlyOnce(want []string, d time.Duration) {
 	e.t.Helper()
 	harness.WaitFor(e.t, d, fmt.Sprintf("%d events delivered", len(want)), func() bool {
-		return len(hasAll(testenv.Consume(e.t, e.broker.Addr(), eventsPattern, len(want), 2*time.Second), want)) == 0
+		return len(hasAll(testenv.ConsumeAll(e.t, e.broker.Addr(), eventsPattern), want)) == 0
 	})
-	got := testenv.Consume(e.t, e.broker.Addr(), eventsPattern, 0, 1500*time.Millisecond)
+	got := testenv.ConsumeAll(e.t, e.broker.Addr(), eventsPattern)
 	n, dups := countDistinct(got)
 	e.t.Logf("read_committed: %d records, %d distinct, %d duplicates; %d written", len(got), n, dups, len(want))
 	if missing := hasAll(got, want); len(missing) > 0 {
@@ -157,7 +160,7 @@ func (e *env) startWriter() *writer {
 			default:
 			}
 			ids = append(ids, e.insert(c, fmt.Sprintf("k%d", i%7), 1+i%3)...)
-			time.Sleep(3 * time.Millisecond)
+			harness.Hold(3*time.Millisecond, "paces the writer")
 		}
 	}()
 	return w
@@ -187,7 +190,7 @@ func testEOSDeliversOnceAndResumes(t *testing.T, e *env) []string {
 	}
 	e.expectExactlyOnce(want, 30*time.Second)
 	// Per-key order follows commit order.
-	got := testenv.Consume(t, e.broker.Addr(), eventsPattern, 0, time.Second)
+	got := testenv.ConsumeAll(t, e.broker.Addr(), eventsPattern)
 	pos := map[string]int{}
 	for i, id := range want {
 		pos[id] = i
@@ -236,12 +239,13 @@ func testEOSSIGKILLLoop(t *testing.T, e *env) {
 	w := e.startWriter()
 	kills := 0
 	for round := 0; round < 5; round++ {
-		time.Sleep(time.Duration(800+200*round) * time.Millisecond)
+		// Each instance is killed while it delivers the writer's rows (it committed some).
+		e.waitFlowing(20+10*round, 60*time.Second)
 		p.Stop(t, syscall.SIGKILL)
 		kills++
 		p = e.startWith(false)
 	}
-	time.Sleep(time.Second)
+	e.waitFlowing(20, 60*time.Second) // the last instance delivers
 	want := w.finish()
 	e.expectExactlyOnce(want, 60*time.Second)
 	// The kills did hit open transactions: read_uncommitted sees their aborted records.
@@ -280,7 +284,7 @@ func TestEOSCrashBetweenProduceCommitAndConfirm(t *testing.T) {
 			if after != committed {
 				t.Fatalf("before_commit: the position moved from %q to %q", committed, after)
 			}
-			if got := testenv.Consume(t, e.broker.Addr(), eventsPattern, 0, time.Second); len(hasAll(got, batch)) != len(batch) {
+			if got := testenv.ConsumeAll(t, e.broker.Addr(), eventsPattern); len(hasAll(got, batch)) != len(batch) {
 				t.Fatalf("before_commit: uncommitted records visible to read_committed: %v", ids(got))
 			}
 			raw := e.uncommittedIDs()
@@ -422,16 +426,16 @@ func TestEOSBrokerOutage(t *testing.T) {
 	e := eosEnv(newEnvOn(t, b.b, ""))
 	p := e.startWith(true)
 	w := e.startWriter()
-	time.Sleep(2 * time.Second)
+	e.waitFlowing(20, 30*time.Second) // the broker stops under load
 	b.stop()
-	time.Sleep(20 * time.Second)
+	harness.Hold(20*time.Second, "the outage under test: longer than the transaction and producer timeouts")
 	select {
 	case <-p.Done:
 		t.Fatalf("outboxd exited with %d during the outage:\n%s", p.Code, p.Out.String())
 	default:
 	}
 	b.start(t)
-	time.Sleep(2 * time.Second)
+	e.waitFlowing(20, 60*time.Second) // delivering again, with the writer still writing
 	want := w.finish()
 	e.expectExactlyOnce(want, 60*time.Second)
 	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
@@ -468,7 +472,7 @@ func TestEOSPostgresRestart(t *testing.T) {
 				var err error
 				if c, err = pgx.Connect(ctx, e.pg.DSN("app")); err != nil {
 					c = nil
-					time.Sleep(100 * time.Millisecond)
+					harness.Hold(100*time.Millisecond, "the writer's reconnect pace while PostgreSQL is down")
 					continue
 				}
 			}
@@ -478,18 +482,18 @@ func TestEOSPostgresRestart(t *testing.T) {
 				c.Close(ctx)
 				c = nil
 			}
-			time.Sleep(3 * time.Millisecond)
+			harness.Hold(3*time.Millisecond, "paces the writer")
 		}
 	}()
 	for i := 0; i < 2; i++ {
-		time.Sleep(2 * time.Second)
+		e.waitFlowing(20, 60*time.Second) // the crash hits a running stream
 		e.pg.Kill()
-		time.Sleep(500 * time.Millisecond)
+		harness.Hold(500*time.Millisecond, "PostgreSQL stays down")
 		if err := e.pg.Start(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(2 * time.Second)
+	e.waitFlowing(20, 60*time.Second) // reconnected and delivering the writer's new rows
 	close(stop)
 	<-done
 	select {
@@ -525,7 +529,7 @@ func TestEOSStandbyTakeover(t *testing.T) {
 	harness.WaitFor(t, 20*time.Second, "second instance standing by", func() bool { return strings.Contains(standby.Out.String(), "standby") })
 	w := e.startWriter()
 	for i := 0; i < 2; i++ {
-		time.Sleep(1500 * time.Millisecond)
+		e.waitFlowing(20, 60*time.Second) // the active instance delivers under load
 		select {
 		case <-active.Done:
 			t.Fatalf("the active instance exited %d while a standby waited (fenced?):\n%s", active.Code, active.Out.String())
@@ -537,7 +541,7 @@ func TestEOSStandbyTakeover(t *testing.T) {
 		})
 		active, standby = standby, e.startWith(false)
 	}
-	time.Sleep(time.Second)
+	e.waitFlowing(20, 60*time.Second) // the last takeover delivers
 	want := w.finish()
 	e.expectExactlyOnce(want, 60*time.Second)
 	if code := active.Stop(t, syscall.SIGTERM); code != 0 {

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 // TestEOSTransactionTimeoutStops: exactly_once with kafka.transaction_timeout 2s (outboxd aborts a
@@ -28,7 +29,7 @@ func TestEOSTransactionTimeoutStops(t *testing.T) {
 	// Every produce request takes 25ms more: delivering the transaction takes well over 1s (about
 	// 50,000 of its records are acked after 1s).
 	e.broker.Cluster().ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		time.Sleep(25 * time.Millisecond)
+		harness.Hold(25*time.Millisecond, "the fault: kfake answers every produce request 25 ms late")
 		return nil, nil, false
 	})
 	if before == "" {
@@ -49,7 +50,7 @@ func TestEOSTransactionTimeoutStops(t *testing.T) {
 	if after := e.visiblePosition(); after == "" || lsn(t, after) > lsn(t, in) {
 		t.Fatalf("the committed position %q (was %q) covers the aborted transaction (inside it: %s)", after, before, in)
 	}
-	got := testenv.Consume(t, e.broker.Addr(), eventsPattern, 0, 2*time.Second)
+	got := testenv.ConsumeAll(t, e.broker.Addr(), eventsPattern)
 	if missing := hasAll(got, big); len(missing) != len(big) {
 		t.Fatalf("read_committed sees %d of the aborted transaction's %d records", len(big)-len(missing), len(big))
 	}
