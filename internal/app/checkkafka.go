@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"github.com/IBM/sarama"
+	"slices"
+	"time"
 
 	"github.com/outboxd/outboxd/internal/config"
 	"github.com/outboxd/outboxd/sink/kafka"
@@ -16,21 +16,30 @@ import (
 func checkKafka(ctx context.Context, c *config.Config) []CheckResult {
 	var out []CheckResult
 	kc := KafkaConfig(c)
-	sc, err := kc.SaramaConfig()
-	if err != nil {
-		return append(out, CheckResult{Name: "kafka producer settings", Reason: err.Error(), Fix: "fix the kafka section of the config"})
+	settings, durability := kc.CheckProducer()
+	if settings != nil {
+		return append(out, CheckResult{Name: "kafka producer settings", Reason: settings.Error(), Fix: "fix the kafka section of the config"})
 	}
-	if err := kafka.ValidateDurability(sc); err != nil {
-		out = append(out, CheckResult{Name: "kafka producer durability", Reason: err.Error(), Fix: "outboxd refuses to run without acks=all and idempotence"})
+	if durability != nil {
+		out = append(out, CheckResult{Name: "kafka producer durability", Reason: durability.Error(), Fix: "outboxd refuses to run without acks=all and idempotence"})
 	} else {
 		out = append(out, CheckResult{Name: "kafka producer durability", OK: true, Reason: "acks=all, idempotent, max.in.flight=1"})
 	}
 	// A bounded probe: do not wait out the producer's near-endless metadata retries.
-	sc.Metadata.Full = true // the admin calls below need the controller and all topics
-	sc.Metadata.Retry.Max = 2
-	sc.Metadata.Retry.BackoffFunc = nil
-	sc.Metadata.Retry.Backoff = 200e6
-	client, err := sarama.NewClient(c.Kafka.Brokers, sc)
+	adm, err := kafka.Dial(kc, 2, 200*time.Millisecond)
+	var brokers int
+	var topics []string
+	for attempt := 0; err == nil && attempt < 3; attempt++ {
+		if attempt > 0 && !sleepCtx(ctx, 200*time.Millisecond) {
+			break
+		}
+		if brokers, topics, err = adm.Cluster(); err == nil {
+			break
+		}
+	}
+	if adm != nil {
+		defer adm.Close()
+	}
 	if err != nil {
 		fix := kc.ConnectHint(err) // a TLS or SASL failure names its config key
 		if fix == "" {
@@ -38,32 +47,33 @@ func checkKafka(ctx context.Context, c *config.Config) []CheckResult {
 		}
 		return append(out, CheckResult{Name: "kafka reachable", Reason: err.Error(), Fix: fix})
 	}
-	defer client.Close()
-	out = append(out, CheckResult{Name: "kafka reachable", OK: true, Reason: fmt.Sprintf("%d broker(s)", len(client.Brokers()))})
+	out = append(out, CheckResult{Name: "kafka reachable", OK: true, Reason: fmt.Sprintf("%d broker(s)", brokers)})
 	if c.Kafka.Delivery == "exactly_once" {
-		out = append(out, checkTxnTimeout(client, c))
+		out = append(out, checkTxnTimeout(adm, c))
 	}
 
-	topics, err := client.Topics()
-	if err != nil {
-		return append(out, CheckResult{Name: "dlq topic " + c.Kafka.DLQTopic, Reason: err.Error(), Fix: "grant DESCRIBE on topics"})
+	if slices.Contains(topics, c.Kafka.DLQTopic) {
+		return append(out, CheckResult{Name: "dlq topic " + c.Kafka.DLQTopic, OK: true, Reason: "exists"})
 	}
-	for _, t := range topics {
-		if t == c.Kafka.DLQTopic {
-			return append(out, CheckResult{Name: "dlq topic " + c.Kafka.DLQTopic, OK: true, Reason: "exists"})
-		}
-	}
-	admin, err := sarama.NewClusterAdminFromClient(client)
-	if err == nil {
-		err = admin.CreateTopic(c.Kafka.DLQTopic, &sarama.TopicDetail{NumPartitions: -1, ReplicationFactor: -1}, true)
-	}
+	err = adm.CreateTopic(c.Kafka.DLQTopic, -1, nil, true)
 	if err == nil {
 		return append(out, CheckResult{Name: "dlq topic " + c.Kafka.DLQTopic, OK: true, Reason: "absent, can be created"})
 	}
-	var te *sarama.TopicError
-	if errors.As(err, &te) && te.Err == sarama.ErrTopicAlreadyExists {
+	if errors.Is(err, kafka.ErrTopicExists) {
 		return append(out, CheckResult{Name: "dlq topic " + c.Kafka.DLQTopic, OK: true, Reason: "exists"})
 	}
 	return append(out, CheckResult{Name: "dlq topic " + c.Kafka.DLQTopic, Reason: "absent and cannot be created: " + err.Error(),
 		Fix: "create the topic (kafka-topics.sh --create --topic " + c.Kafka.DLQTopic + ") or grant CREATE"})
+}
+
+// sleepCtx waits d; false when ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

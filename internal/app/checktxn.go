@@ -5,33 +5,25 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/IBM/sarama"
-
 	"github.com/outboxd/outboxd/internal/config"
+	"github.com/outboxd/outboxd/sink/kafka"
 )
 
 // checkTxnTimeout (exactly_once): kafka.transaction_timeout is within the brokers'
 // transaction.max.timeout.ms (a larger one is refused when the producer initialises). A broker
 // whose configuration cannot be described is reported, not failed.
-func checkTxnTimeout(client sarama.Client, c *config.Config) CheckResult {
+func checkTxnTimeout(adm *kafka.Admin, c *config.Config) CheckResult {
 	name := "kafka transaction timeout"
 	want := c.Kafka.TransactionTimeout
-	admin, err := sarama.NewClusterAdminFromClient(client)
+	values, err := adm.BrokerConfig("transaction.max.timeout.ms")
 	if err != nil {
 		return CheckResult{Name: name, OK: true, Reason: fmt.Sprintf("%v (the brokers' transaction.max.timeout.ms could not be read: %v)", want, err)}
 	}
 	limit := time.Duration(0)
-	for _, b := range client.Brokers() {
-		entries, err := admin.DescribeConfig(sarama.ConfigResource{Type: sarama.BrokerResource, Name: strconv.Itoa(int(b.ID())),
-			ConfigNames: []string{"transaction.max.timeout.ms"}})
-		if err != nil {
-			return CheckResult{Name: name, OK: true, Reason: fmt.Sprintf("%v (the brokers' transaction.max.timeout.ms could not be read: %v)", want, err)}
-		}
-		for _, e := range entries {
-			if ms, err := strconv.ParseInt(e.Value, 10, 64); err == nil && e.Name == "transaction.max.timeout.ms" {
-				if d := time.Duration(ms) * time.Millisecond; limit == 0 || d < limit {
-					limit = d
-				}
+	for _, v := range values {
+		if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+			if d := time.Duration(ms) * time.Millisecond; limit == 0 || d < limit {
+				limit = d
 			}
 		}
 	}

@@ -2,7 +2,7 @@
 // `outboxd dlq tail` and `outboxd dlq replay`.
 //
 // Dead-letter records are described in ../shared/spec/interface.md ("Dead-letter records") and
-// built by internal/sink.DeadLetter. Reading uses a sarama consumer (read_committed, from the
+// built by sink.DeadLetter. Reading uses sink/kafka's Reader (sarama's consumer, read_committed, from the
 // beginning of every partition); replaying uses the pipeline's own durable producer
 // (sink/kafka.New: idempotent, acks=all).
 package dlqtool

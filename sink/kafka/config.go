@@ -362,3 +362,14 @@ func ValidateDurability(sc *sarama.Config) error {
 	}
 	return nil
 }
+
+// CheckProducer reports what New would refuse in c: settings no producer can be built from
+// (the error names the config key), or a producer configuration that is not durable
+// (ValidateDurability). outboxd check reports them as two results.
+func (c Config) CheckProducer() (settings, durability error) {
+	sc, err := c.SaramaConfig()
+	if err != nil {
+		return err, nil
+	}
+	return nil, ValidateDurability(sc)
+}
