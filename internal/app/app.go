@@ -57,12 +57,15 @@ func Router(c *config.Config) (*outbox.Router, error) {
 }
 
 // Store builds the configured offsets store.
-func Store(c *config.Config) (offsets.Store, error) {
+func Store(c *config.Config) (offsets.Store, error) { return offsetStore(c, SourceName(c)) }
+
+// offsetStore builds the offsets store of c for the source named sourceName (the adapter's Name).
+func offsetStore(c *config.Config, sourceName string) (offsets.Store, error) {
 	switch c.Offsets.Store {
 	case "file":
-		return &offsets.FileStore{Path: c.Offsets.Path, Source: SourceName(c)}, nil
+		return &offsets.FileStore{Path: c.Offsets.Path, Source: sourceName}, nil
 	case "kafka":
-		return &kafka.OffsetStore{Kafka: KafkaConfig(c), Topic: c.Offsets.Topic, Key: PipelineID(c), Source: SourceName(c)}, nil
+		return &kafka.OffsetStore{Kafka: KafkaConfig(c), Topic: c.Offsets.Topic, Key: pipelineID(c, sourceName), Source: sourceName}, nil
 	default:
 		return nil, &config.Error{Key: "offsets.store", Msg: fmt.Sprintf("%q is not available in this version (use file)", c.Offsets.Store)}
 	}
@@ -77,9 +80,8 @@ func SourceName(c *config.Config) string {
 	return ""
 }
 
-// PipelineID identifies the pipeline: its key in offsets.topic (offsets.key overrides).
-func PipelineID(c *config.Config) string { return pipelineID(c, SourceName(c)) }
-
+// pipelineID identifies the pipeline: its key in offsets.topic (offsets.key overrides the
+// source's name).
 func pipelineID(c *config.Config, sourceName string) string {
 	if c.Offsets.Key != "" {
 		return c.Offsets.Key
@@ -87,13 +89,13 @@ func pipelineID(c *config.Config, sourceName string) string {
 	return sourceName
 }
 
-// TransactionalID is the exactly_once producer's transactional.id (kafka.transactional_id
+// transactionalID is the exactly_once producer's transactional.id (kafka.transactional_id
 // overrides "outboxd-" + the pipeline id).
-func TransactionalID(c *config.Config) string {
+func transactionalID(c *config.Config, sourceName string) string {
 	if c.Kafka.TransactionalID != "" {
 		return c.Kafka.TransactionalID
 	}
-	return "outboxd-" + PipelineID(c)
+	return "outboxd-" + pipelineID(c, sourceName)
 }
 
 // Run runs the pipeline of c until ctx ends (graceful stop) or a fatal error.
@@ -110,7 +112,7 @@ func Run(ctx context.Context, c *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return &config.Error{Key: "outbox", Msg: err.Error()}
 	}
-	store, err := Store(c)
+	store, err := offsetStore(c, ad.Name())
 	if err != nil {
 		return err
 	}
@@ -180,7 +182,7 @@ func runExactlyOnce(ctx context.Context, c *config.Config, ad adapter, log *slog
 	if err != nil {
 		return err
 	}
-	txnID := TransactionalID(c)
+	txnID := transactionalID(c, ad.Name())
 	log.Info("starting outboxd", "source", c.Source.Type, "dsn", ad.RedactedDSN(), "tables", c.Source.Tables,
 		"brokers", c.Kafka.Brokers, "delivery", c.Kafka.Delivery, "offsets", c.Offsets.Store, "offsets_topic", c.Offsets.Topic,
 		"pipeline_id", pipelineID(c, ad.Name()), "transactional_id", txnID, "transaction_timeout", c.Kafka.TransactionTimeout)

@@ -19,7 +19,7 @@ func OffsetsShow(ctx context.Context, c *config.Config, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	store, err := Store(c)
+	store, err := offsetStore(c, ad.Name())
 	if err != nil {
 		return err
 	}
@@ -49,7 +49,7 @@ func OffsetsSet(ctx context.Context, c *config.Config, pos source.Position, w io
 	if err != nil {
 		return err
 	}
-	store, err := Store(c)
+	store, err := offsetStore(c, ad.Name())
 	if err != nil {
 		return err
 	}
