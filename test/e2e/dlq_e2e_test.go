@@ -236,9 +236,10 @@ func TestDLQPoisonRowsTailAndReplay(t *testing.T) {
 	good = append(good, e.insertTx(c, goodRow(n+2))...)
 
 	// Every good record, in commit order (one key: one partition).
-	got := testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, len(good), 30*time.Second)
-	time.Sleep(300 * time.Millisecond)
-	got = append(got, testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, 0, 500*time.Millisecond)[len(got):]...)
+	// Once the stored position covers the last commit, every record before it was acked or
+	// dead-lettered: the topics hold the whole output, a poison row delivered after all included.
+	e.waitStored(e.walLSN(c), 30*time.Second)
+	got := testenv.ConsumeAll(t, e.broker.Addr(), `outbox\.event\..*`)
 	if strings.Join(ids(got), ",") != strings.Join(good, ",") {
 		t.Fatalf("delivered %v\nwant      %v\noutput:\n%s", ids(got), good, p.Out.String())
 	}
@@ -369,7 +370,7 @@ func TestDLQPoisonRowsTailAndReplay(t *testing.T) {
 		t.Errorf("replay of a row-as-JSON dead letter: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 	// Nothing was written back to the DLQ.
-	if n := len(testenv.Consume(t, e.broker.Addr(), `outboxd\.dlq`, 0, time.Second)); n != len(poisons) {
+	if n := len(testenv.ConsumeAll(t, e.broker.Addr(), `outboxd\.dlq`)); n != len(poisons) {
 		t.Errorf("the DLQ holds %d records after failed replays, want %d", n, len(poisons))
 	}
 
@@ -413,13 +414,16 @@ func TestDLQBrokerStallIsNotDeadLettered(t *testing.T) {
 		stalled = append(stalled, e.insertTx(c, goodRow(i), goodRow(100+i))...)
 	}
 	walEnd := e.walLSN(c)
-	time.Sleep(2500 * time.Millisecond)
-	if !h.reached() {
-		t.Fatal("the stall was never reached")
+	notPast := func() {
+		if s := lsn(t, e.storedPosition()); s > beforeStall {
+			t.Fatalf("stored position %s passed %s while the records were unacked", s, beforeStall)
+		}
 	}
-	if s := lsn(t, e.storedPosition()); s > beforeStall {
-		t.Fatalf("stored position %s passed %s while the records were unacked", s, beforeStall)
-	}
+	// outboxd holds the stalled records (the stall is reached); two standby status updates
+	// later it has had a whole status interval to move the position, or to dead-letter them.
+	harness.WaitFor(t, 10*time.Second, "the stall reached", func() bool { notPast(); return h.reached() })
+	e.waitStatusRepliesAfter(c, time.Now(), 15*time.Second, notPast)
+	notPast()
 	h.release()
 	all := append(first, stalled...)
 	got := testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, len(all), 30*time.Second)
@@ -427,7 +431,7 @@ func TestDLQBrokerStallIsNotDeadLettered(t *testing.T) {
 		t.Fatalf("after the stall: %v\nwant %v", ids(got), all)
 	}
 	harness.WaitFor(t, 10*time.Second, "position stored after the stall", func() bool { return lsn(t, e.storedPosition()) >= lsn(t, walEnd) })
-	if n := len(testenv.Consume(t, e.broker.Addr(), `outboxd\.dlq`, 0, 500*time.Millisecond)); n != 0 || strings.Contains(p.Out.String(), "dead-lettering") {
+	if n := len(testenv.ConsumeAll(t, e.broker.Addr(), `outboxd\.dlq`)); n != 0 || strings.Contains(p.Out.String(), "dead-lettering") {
 		t.Fatalf("%d records dead-lettered by a transient error\n%s", n, p.Out.String())
 	}
 	if stdout, stderr, code := e.dlqRun("tail"); code != 0 || stdout != "" || !strings.Contains(stderr, "nothing has been dead-lettered") {
