@@ -12,10 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/sink/kafka"
 )
 
 // The vs-debezium scenarios run against Apache Kafka: a private single node (KRaft, combined
@@ -100,52 +100,26 @@ func warmBroker(ctx context.Context, brokers []string, n int) error {
 	return nil
 }
 
-func newBenchAdmin(brokers []string) (sarama.ClusterAdmin, error) {
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V2_8_0_0
-	sc.Metadata.Retry.Max = 5
-	sc.Admin.Timeout = 30 * time.Second
-	return sarama.NewClusterAdmin(brokers, sc)
-}
-
 // createLogAppendTopics creates topics (cmpPartitions partitions, the broker's replication
 // factor, LogAppendTime timestamps) and waits until each partition has a leader.
 func createLogAppendTopics(brokers, topics []string) error {
-	adm, err := newBenchAdmin(brokers)
+	adm, err := newBenchClient(brokers)
 	if err != nil {
 		return fmt.Errorf("connect to Kafka at %s: %w", strings.Join(brokers, ","), err)
 	}
 	defer adm.Close()
-	lat := "LogAppendTime"
 	for _, t := range topics {
-		err := adm.CreateTopic(t, &sarama.TopicDetail{NumPartitions: cmpPartitions, ReplicationFactor: -1,
-			ConfigEntries: map[string]*string{"message.timestamp.type": &lat}}, false)
-		if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
+		err := adm.CreateTopic(t, cmpPartitions, map[string]string{"message.timestamp.type": "LogAppendTime"}, false)
+		if err != nil && !errors.Is(err, kafka.ErrTopicExists) {
 			return fmt.Errorf("create topic %s (message.timestamp.type=LogAppendTime): %w", t, err)
 		}
 	}
-	cl, err := newBenchClient(brokers)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
 	deadline := time.Now().Add(time.Minute)
 	for _, t := range topics {
 		for {
-			err := cl.RefreshMetadata(t)
-			if err == nil {
-				var parts []int32
-				if parts, err = cl.Partitions(t); err == nil && len(parts) == cmpPartitions {
-					ok := true
-					for _, p := range parts {
-						if _, lerr := cl.Leader(t, p); lerr != nil {
-							ok = false
-						}
-					}
-					if ok {
-						break
-					}
-				}
+			parts, err := adm.Partitions(t) // ErrLeaderNotAvailable until every partition has one
+			if err == nil && len(parts) == cmpPartitions {
+				break
 			}
 			if time.Now().After(deadline) {
 				return fmt.Errorf("topic %s has no leader for every partition a minute after its creation: %v", t, err)
@@ -157,25 +131,14 @@ func createLogAppendTopics(brokers, topics []string) error {
 }
 
 // holds is w.complete() where a partition's leadership still settling (a topic created a moment
-// ago, a busy broker) is "not yet" instead of an error: the metadata is refreshed for the next poll.
+// ago, a busy broker) is "not yet" instead of an error (ListOffsets refreshed the metadata for
+// the next poll).
 func holds(w *ackWatch) (bool, error) {
 	ok, err := w.complete()
-	var kerr sarama.KError
-	if err != nil && errors.As(err, &kerr) && retriableListOffsets(kerr) {
-		_ = w.cl.RefreshMetadata(w.topics...)
+	if err != nil && kafka.Retriable(err) {
 		return false, nil
 	}
 	return ok, err
-}
-
-func retriableListOffsets(e sarama.KError) bool {
-	switch e {
-	case sarama.ErrNotLeaderForPartition, sarama.ErrLeaderNotAvailable, sarama.ErrUnknownTopicOrPartition,
-		sarama.ErrNotCoordinatorForConsumer, sarama.ErrRequestTimedOut, sarama.ErrOffsetNotAvailable,
-		sarama.ErrFencedLeaderEpoch, sarama.ErrUnknownLeaderEpoch, sarama.ErrKafkaStorageError:
-		return true
-	}
-	return false
 }
 
 // kafkaRecord is what the bench keeps of one record read back.

@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxd/outboxd/sink/kafka"
 )
 
 // The loaders of memory-large-tx: ONE statement, so ONE transaction, generated server-side
@@ -113,7 +114,7 @@ func readDistinctIDs(ctx context.Context, brokers, topics []string, want int) (r
 		for _, t := range topics {
 			if _, err := cl.Partitions(t); err == nil {
 				existing = append(existing, t)
-			} else if !errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+			} else if !errors.Is(err, kafka.ErrUnknownTopic) {
 				cl.Close()
 				return 0, 0, fmt.Errorf("topic %s: %w", t, err)
 			}
