@@ -274,7 +274,7 @@ func TestBackoffCappedWithJitter(t *testing.T) {
 // RFC 7677 section 3 example exchange (SCRAM-SHA-256, user "user", password "pencil").
 func TestSCRAMSHA256RFC7677(t *testing.T) {
 	s := newSCRAMClient(sha256.New)
-	s.nonce = "rOprNGfwEbeRWgbNEkqO"
+	s.nonce = func() string { return "rOprNGfwEbeRWgbNEkqO" }
 	if err := s.Begin("user", "pencil", ""); err != nil {
 		t.Fatal(err)
 	}
