@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"syscall"
@@ -92,10 +93,12 @@ func testLargeTxCrash(t *testing.T, cc crashCase) {
 	hwm0, lso0 := endOffsets(t, addr, bigTopic)
 
 	killAt, hit, release := int64(cc.rows/2), func() bool { return true }, func() {}
+	hits := func() int { return 0 }
 	if cc.held {
 		f := b.broker.Cluster().Fault(kfakeNER(heldTopic))
 		t.Cleanup(f.Remove)
 		hit, release = func() bool { return f.Hits() > 0 }, f.Remove
+		hits = func() int { return int(f.Hits()) }
 		killAt, b.held = int64(cc.rows-1), 1
 	}
 	big := b.insert(1, cc.rows)
@@ -123,12 +126,16 @@ func testLargeTxCrash(t *testing.T, cc crashCase) {
 		return inTopic >= killAt && hit()
 	})
 	if cc.held { // every record but the held one is in Kafka: a wrong runner stores now
-		for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		// Three more refusals of the held record: outboxd's pipeline has gone on retrying it with
+		// everything else acked, long enough for its offsets loop (every 20 ms) to store.
+		h0 := hits()
+		harness.WaitFor(t, 30*time.Second, "three more refusals of the held record", func() bool {
 			noCover()
 			if pos := b.position(); big.covers(pos) {
 				t.Fatalf("stored position %s covers the big transaction (%s) while its first record is not acked", pos, big.mark)
 			}
-		}
+			return hits() >= h0+3
+		})
 	}
 	p.Stop(t, syscall.SIGKILL)
 	release()
@@ -252,10 +259,12 @@ func testLargeTxChunked(t *testing.T, src string, eos bool) {
 	// on a frozen Apache Kafka node) and acts on the signal when that returns: Kafka answers
 	// again once the stop has begun, or after 3 s.
 	p.Signal(syscall.SIGTERM)
-	began := false
-	for end := time.Now().Add(3 * time.Second); !began && time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		began = strings.Contains(p.Out.String(), "stopping: no more reads")
-	}
+	began := harness.Until(3*time.Second, 50*time.Millisecond, func() error {
+		if strings.Contains(p.Out.String(), "stopping: no more reads") {
+			return nil
+		}
+		return errors.New("no stop line yet")
+	}) == nil
 	release()
 	if !began {
 		t.Logf("SIGTERM: no %q line within 3 s of the signal with Kafka stalled (it comes once Kafka answers)", "stopping: no more reads")

@@ -222,7 +222,7 @@ func renamedOutbox(t *testing.T, oneTx bool) {
 	}
 	notPast("stored position", e.storedPosition())
 	notPast("slot confirmed_flush_lsn", e.slotConfirmed(c))
-	got := testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, 0, time.Second)
+	got := testenv.ConsumeAll(t, e.broker.Addr(), `outbox\.event\..*`)
 	if n, _ := countDistinct(got); n != len(before) {
 		t.Errorf("%d distinct ids in Kafka, want the %d from before the rename", n, len(before))
 	}

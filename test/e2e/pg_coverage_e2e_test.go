@@ -300,19 +300,13 @@ func TestPGCoverageTwoTablesOneDropped(t *testing.T) {
 	covExec(t, c, "ALTER PUBLICATION outboxd DROP TABLE public.outbox2")
 	limit := covLSN(t, c)
 	e.insertInto(c, "public.outbox2", "agg-missed", "", 3)
-	deadline := time.Now().Add(10 * time.Second)
-	for exited := false; !exited; {
-		select {
-		case <-p.Done:
-			exited = true
-		default:
-			if time.Now().After(deadline) {
-				t.Fatalf("outboxd still running 10s after a table left the publication:\n%s", p.Out.String())
-			}
-			e.insertInto(c, "public.outbox", "agg-flowing", "", 1) // the other table's rows keep coming
-			time.Sleep(20 * time.Millisecond)
+	harness.WaitFor(t, 10*time.Second, "outboxd stopping after a table left the publication", func() bool {
+		if p.Exited() {
+			return true
 		}
-	}
+		e.insertInto(c, "public.outbox", "agg-flowing", "", 1) // the other table's rows keep coming
+		return false
+	})
 	if p.Code != 1 || !strings.Contains(p.Out.String(), "public.outbox2 was removed from publication") {
 		t.Fatalf("exit %d, want 1 naming public.outbox2:\n%s", p.Code, p.Out.String())
 	}

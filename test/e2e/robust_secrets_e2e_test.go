@@ -120,7 +120,7 @@ func TestSecretsSpecialPasswordPostgres(t *testing.T) {
 		})
 		ids := e.insert(c, f.name, 1)
 		harness.WaitFor(t, 20*time.Second, f.name+": delivered", func() bool {
-			return hasAll(testenv.Consume(t, e.broker.Addr(), `outbox\.event\.order`, 0, 300*time.Millisecond), ids) == nil
+			return hasAll(testenv.ConsumeAll(t, e.broker.Addr(), `outbox\.event\.order`), ids) == nil
 		})
 		if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 			t.Errorf("%s: SIGTERM exit %d", f.name, code)
@@ -164,7 +164,7 @@ func TestSecretsSpecialPasswordMySQL(t *testing.T) {
 		id := fmt.Sprintf("%08x-0000-4000-8000-%012x", 77+i, 1)
 		e.write([][]event{{{id: id, agg: "order", key: "k", typ: "created", payload: `{"n": 1}`}}})
 		harness.WaitFor(t, 20*time.Second, f.name+": delivered", func() bool {
-			return hasAll(testenv.Consume(t, e.broker.Addr(), `outbox\.event\.order`, 0, 300*time.Millisecond), []string{id}) == nil
+			return hasAll(testenv.ConsumeAll(t, e.broker.Addr(), `outbox\.event\.order`), []string{id}) == nil
 		})
 		if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 			t.Errorf("%s: SIGTERM exit %d", f.name, code)

@@ -41,7 +41,7 @@ func (e *env) deliveredAndStored(agg string, n int) string {
 	e.t.Helper()
 	ids, in := e.insertInTx(e.conn(), agg, n)
 	harness.WaitFor(e.t, 20*time.Second, "delivered", func() bool {
-		return hasAll(testenv.Consume(e.t, e.broker.Addr(), `outbox\.event\..*`, 0, 300*time.Millisecond), ids) == nil
+		return hasAll(testenv.ConsumeAll(e.t, e.broker.Addr(), `outbox\.event\..*`), ids) == nil
 	})
 	harness.WaitFor(e.t, 10*time.Second, "stored", func() bool { return lsn(e.t, e.storedPosition()) > lsn(e.t, in) })
 	return in
@@ -103,7 +103,7 @@ func TestSIGHUPDrainsAndExits0(t *testing.T) {
 			t.Fatalf("outboxd started with SIGHUP ignored exited %d at SIGHUP:\n%s", q.Code, q.Out.String())
 		default:
 		}
-		return hasAll(testenv.Consume(t, e.broker.Addr(), `outbox\.event\..*`, 0, 300*time.Millisecond), ids) == nil
+		return hasAll(testenv.ConsumeAll(t, e.broker.Addr(), `outbox\.event\..*`), ids) == nil
 	})
 	if code := q.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM after an ignored SIGHUP: exit %d\n%s", code, q.Out.String())
