@@ -288,12 +288,14 @@ func setValue(c *column, mask int64) source.Value {
 		return uintValue(uint64(mask))
 	}
 	var b []byte
+	n := 0 // members written: an empty member name still takes its comma, as MySQL prints it
 	for i, name := range c.set {
 		if i < 64 && uint64(mask)&(1<<uint(i)) != 0 {
-			if len(b) > 0 {
+			if n > 0 {
 				b = append(b, ',')
 			}
 			b = append(b, name...)
+			n++
 		}
 	}
 	if b == nil {

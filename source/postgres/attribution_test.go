@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -267,8 +268,12 @@ func TestDecodeMessagesAreNotData(t *testing.T) {
 	}
 }
 
-// FuzzDecode feeds arbitrary message sequences (each input split at 0xFF 0xFE): Decode must
-// never panic, and every row it returns must match its relation's columns.
+// FuzzDecode feeds arbitrary message sequences (each input split at 0xFF 0xFE) to two decoders:
+// one gets each message in a buffer the caller overwrites right after Decode (as the stream
+// loop reuses its read buffer), the other the bytes as they are. Decode must never panic; both
+// must return the same transactions and errors (decoded values never alias the input); every
+// row must match its relation's columns and come only with a completed transaction, whose
+// position is a valid LSN.
 func FuzzDecode(f *testing.F) {
 	sep := []byte{0xFF, 0xFE}
 	join := func(msgs ...[]byte) []byte { return bytes.Join(msgs, sep) }
@@ -278,9 +283,13 @@ func FuzzDecode(f *testing.F) {
 		insertMsg(101, outboxRow("id", "a", `{}`)...), logicalMsg(1, "x", "y"), commitMsg(0x2000, 0x2100, t0)))
 	f.Add(join(beginMsg(0x500, t0, 1), relMsg(200, "public", "x", col{"b", oidBytea}), insertMsg(200, txt(`\x41`)),
 		truncateMsg(200), commitMsg(0x500, 0x600, t0)))
+	f.Add(join(relMsg(7, "public", "t", col{"b", oidBytea}, col{"e", oidBytea}, col{"n", oidText}, col{"u", oidUUID}),
+		typeMsg(oidEnum, "public", "mood"), beginMsg(0x10, t0, 1), originMsg(0x5, "up"),
+		insertMsg(7, txt(`\x00ff4142`), txt(`a\\b\001\377`), null, txt("")), updateMsg(7, txt("x")), deleteMsg(7, txt("x")),
+		pgoutputtest.Message(false, 0x9, HeartbeatPrefix, "x"), commitMsg(0x10, 0x20, t0)))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		d := NewDecoderFor(loaded())
-		for _, m := range bytes.Split(in, sep) {
+		reused, pristine := NewDecoderFor(loaded()), NewDecoderFor(loaded())
+		decode := func(d *Decoder, m []byte) (source.Tx, bool, error) {
 			tx, done, err := d.Decode(m)
 			var unknown *UnknownRelationError
 			if errors.As(err, &unknown) {
@@ -290,11 +299,32 @@ func FuzzDecode(f *testing.F) {
 					t.Fatalf("still unknown after Resolve: %v", err)
 				}
 			}
+			return tx, done, err
+		}
+		var buf []byte
+		for _, m := range bytes.Split(in, sep) {
+			buf = append(buf[:0], m...)
+			tx, done, err := decode(reused, buf)
+			for i := range buf {
+				buf[i] = 0xAA
+			}
+			tx2, done2, err2 := decode(pristine, m)
+			if done != done2 || (err == nil) != (err2 == nil) || err != nil && err.Error() != err2.Error() || !reflect.DeepEqual(tx, tx2) {
+				t.Fatalf("a reused input buffer changes the result: %+v %v %v, pristine %+v %v %v", tx, done, err, tx2, done2, err2)
+			}
 			if err != nil {
 				return
 			}
+			if !done && len(tx.Rows) > 0 {
+				t.Fatalf("rows without a completed transaction: %+v", tx)
+			}
+			if done {
+				if _, err := ParseLSN(tx.Position); err != nil {
+					t.Fatalf("completed transaction at %q: %v", tx.Position, err)
+				}
+			}
 			for _, r := range tx.Rows {
-				if !done || len(r.Columns) != len(r.Values) || r.Table == "" {
+				if len(r.Columns) != len(r.Values) || r.Table == "" {
 					t.Fatalf("bad row %+v (done %v)", r, done)
 				}
 			}
