@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,11 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
-
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/internal/testenv/harness"
+	"github.com/outboxd/outboxd/sink/kafka"
 )
 
 // Helpers of the huge-transaction tests (largetx_e2e_test.go): one environment over either source
@@ -206,37 +205,33 @@ func visiblePositionOf(t *testing.T, addr, key string) string {
 	return pos
 }
 
+// admin is a sink/kafka admin client of the broker at addr; the caller closes it.
+func admin(t *testing.T, addr string) *kafka.Admin {
+	t.Helper()
+	a, err := kafka.Dial(kafka.Config{Brokers: []string{addr}}, 3, 100*time.Millisecond)
+	if err != nil {
+		t.Fatalf("admin client of %s: %v", addr, err)
+	}
+	return a
+}
+
 // topicExists asks the broker for topic's metadata without auto-creating it.
 func topicExists(t *testing.T, addr, topic string) bool {
 	t.Helper()
-	return topicMeta(t, addr, topic, nil)
-}
-
-// topicMeta asks the broker for topic's metadata without auto-creating it and, when the topic
-// exists, calls f (if not nil) with a client and a context that stay valid for the call.
-// It reports whether the topic exists.
-func topicMeta(t *testing.T, addr, topic string, f func(*kgo.Client, context.Context, *kmsg.MetadataResponseTopic)) bool {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	meta := kmsg.NewPtrMetadataRequest()
-	mt := kmsg.NewMetadataRequestTopic()
-	mt.Topic = kmsg.StringPtr(topic)
-	meta.Topics = append(meta.Topics, mt)
-	mr, err := meta.RequestWith(ctx, cl)
-	if err != nil {
-		t.Fatalf("metadata of %s: %v", topic, err)
-	}
-	if len(mr.Topics) != 1 || mr.Topics[0].ErrorCode != 0 {
+	a := admin(t, addr)
+	defer a.Close()
+	err := harness.Until(10*time.Second, 100*time.Millisecond, func() error {
+		_, err := a.Partitions(topic)
+		if errors.Is(err, kafka.ErrUnknownTopic) || err != nil && !kafka.Retriable(err) {
+			return harness.Final(err) // an answer: absent, or an error no retry cures
+		}
+		return err // leaders still being elected: ask again
+	})
+	if errors.Is(err, kafka.ErrUnknownTopic) {
 		return false
 	}
-	if f != nil {
-		f(cl, ctx, &mr.Topics[0])
+	if err != nil {
+		t.Fatalf("metadata of %s: %v", topic, err)
 	}
 	return true
 }
@@ -254,38 +249,29 @@ func (b *bigEnv) waitCovered(x bigTx, d time.Duration, what string) {
 // that does not exist yet has 0, 0.
 func endOffsets(t *testing.T, addr, topic string) (hwm, lso int64) {
 	t.Helper()
-	topicMeta(t, addr, topic, func(cl *kgo.Client, ctx context.Context, mt *kmsg.MetadataResponseTopic) {
-		for _, level := range []int8{0, 1} {
-			req := kmsg.NewPtrListOffsetsRequest()
-			req.IsolationLevel = level
-			rt := kmsg.NewListOffsetsRequestTopic()
-			rt.Topic = topic
-			for _, p := range mt.Partitions {
-				rp := kmsg.NewListOffsetsRequestTopicPartition()
-				rp.Partition, rp.Timestamp, rp.CurrentLeaderEpoch = p.Partition, -1, -1
-				rt.Partitions = append(rt.Partitions, rp)
+	a := admin(t, addr)
+	defer a.Close()
+	for _, iso := range []kafka.Isolation{kafka.ReadUncommitted, kafka.ReadCommitted} {
+		var offs map[string]map[int32]int64
+		err := harness.Until(10*time.Second, 100*time.Millisecond, func() (err error) {
+			if offs, err = a.ListOffsets([]string{topic}, kafka.Latest, iso); err != nil && !kafka.Retriable(err) {
+				return harness.Final(err)
 			}
-			req.Topics = append(req.Topics, rt)
-			resp, err := req.RequestWith(ctx, cl) // kgo splits it by partition leader
-			if err != nil {
-				t.Fatalf("list offsets of %s: %v", topic, err)
-			}
-			var sum int64
-			for _, rt := range resp.Topics {
-				for _, rp := range rt.Partitions {
-					if rp.ErrorCode != 0 {
-						t.Fatalf("list offsets of %s[%d]: error code %d", topic, rp.Partition, rp.ErrorCode)
-					}
-					sum += rp.Offset
-				}
-			}
-			if level == 0 {
-				hwm = sum
-			} else {
-				lso = sum
-			}
+			return err // a leader still being elected: ask again
+		})
+		if err != nil {
+			t.Fatalf("list offsets of %s: %v", topic, err)
 		}
-	})
+		var sum int64
+		for _, o := range offs[topic] {
+			sum += o
+		}
+		if iso == kafka.ReadUncommitted {
+			hwm = sum
+		} else {
+			lso = sum
+		}
+	}
 	return hwm, lso
 }
 
