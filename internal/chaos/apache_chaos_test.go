@@ -173,7 +173,7 @@ func leaderKill(t *testing.T, c *testenv.ApacheCluster, p apachePlan, eos bool) 
 		startNodes(t, c.Node(id))
 		rejoin = max(rejoin, waitISR(t, c, 2*time.Minute))
 	}
-	time.Sleep(2 * time.Second)
+	f.waitDelivering(proc, 50, time.Minute)
 	proc.MustBeRunning(t)
 	apacheFinish(t, f, c, w, sm, p, apacheResult{scenario: "SIGKILL the leader of an outbox partition", delivery: deliveryName(eos),
 		faults: fmt.Sprintf("%d leader SIGKILLs + restarts", p.leaderKills), note: fmt.Sprintf("slowest ISR rejoin %s", rejoin.Round(100*time.Millisecond))},
@@ -199,19 +199,19 @@ func noQuorum(t *testing.T, c *testenv.ApacheCluster, p apachePlan, eos bool) {
 	w := startWriter(f.db, p.pause)
 	sm := startStallMeter(addr)
 	harness.WaitFor(t, time.Minute, "first records acked", func() bool { proc.MustBeRunning(t); v, _ := produced(addr); return v > 0 })
-	time.Sleep(3 * time.Second)
+	f.waitDelivering(proc, 50, time.Minute) // the brokers go while outboxd delivers
 	x, y := c.Node(1), c.Node(2)
 	x.Kill()
 	harness.WaitFor(t, time.Minute, "node 1 out of every ISR", func() bool { return notInISR(c, 1) })
 	y.Stop()
 	down := time.Now()
 	t.Logf("nodes 1 (SIGKILL) and 2 (SIGTERM) down; node 3 alone, no controller quorum")
-	time.Sleep(min(5*time.Second, p.outage/2)) // acks already on their way may still land
+	harness.Hold(min(5*time.Second, p.outage/2), "the outage's first part: acks already on their way may still land")
 	before, ok := produced(addr)
 	if !ok {
 		t.Fatalf("outboxd's /metrics does not answer during the outage")
 	}
-	time.Sleep(p.outage - time.Since(down))
+	harness.Hold(p.outage-time.Since(down), "the rest of the outage under test")
 	proc.MustBeRunning(t)
 	after, _ := produced(addr)
 	if after != before {
@@ -230,7 +230,7 @@ func noQuorum(t *testing.T, c *testenv.ApacheCluster, p apachePlan, eos bool) {
 	}
 	startNodes(t, x, y)
 	waitISR(t, c, 2*time.Minute)
-	time.Sleep(2 * time.Second)
+	f.waitDelivering(proc, 50, time.Minute) // catching up
 	proc.MustBeRunning(t)
 	apacheFinish(t, f, c, w, sm, p, apacheResult{scenario: "two of three brokers down (no ISR quorum, no controller quorum)", delivery: deliveryName(eos),
 		faults: fmt.Sprintf("%s outage", p.outage), note: fmt.Sprintf("0 records acked while down; the survivor refused %d appends with NOT_ENOUGH_REPLICAS", refused)},
@@ -264,7 +264,7 @@ func rollingRestart(t *testing.T, c *testenv.ApacheCluster, p apachePlan, eos bo
 			rejoin = max(rejoin, waitISR(t, c, 2*time.Minute))
 		}
 	}
-	time.Sleep(2 * time.Second)
+	f.waitDelivering(proc, 50, time.Minute)
 	proc.MustBeRunning(t)
 	apacheFinish(t, f, c, w, sm, p, apacheResult{scenario: "rolling restart of all three brokers", delivery: deliveryName(eos),
 		faults: fmt.Sprintf("%d × 3 broker SIGTERM + restarts", p.rollingPasses), note: fmt.Sprintf("slowest ISR rejoin %s", rejoin.Round(100*time.Millisecond))},

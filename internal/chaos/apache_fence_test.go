@@ -26,14 +26,15 @@ func deliverAll(t *testing.T, f *fixture, within time.Duration) ([]string, []*kg
 	if err != nil {
 		t.Fatalf("read committed ids back: %v", err)
 	}
-	deadline := time.Now().Add(within)
-	for {
-		recs := readRecords(t, f.brokerAddrs(), f.topicPattern(), 1500*time.Millisecond)
-		if tl := count(truth, toConsumed(recs)); tl.lost == 0 || time.Now().After(deadline) {
-			return truth, recs
+	var recs []*kgo.Record
+	harness.Until(within, time.Second, func() error { // on a timeout the caller's count says what is lost
+		recs = testenv.ReadAll(t, f.brokerAddrs(), f.topicPattern())
+		if tl := count(truth, toConsumed(recs)); tl.lost > 0 {
+			return fmt.Errorf("%d of %d committed ids not in Kafka", tl.lost, tl.events)
 		}
-		time.Sleep(2 * time.Second)
-	}
+		return nil
+	})
+	return truth, recs
 }
 
 func toConsumed(recs []*kgo.Record) []testenv.Consumed {
@@ -131,7 +132,7 @@ func zombie(t *testing.T, c *testenv.ApacheCluster, p apachePlan) {
 	})
 	takeover := time.Since(frozen)
 	t.Logf("b delivering %v after the freeze", takeover.Round(100*time.Millisecond))
-	time.Sleep(2 * time.Second)
+	f.waitDelivering(b, 100, time.Minute) // b delivers on while the zombie is frozen
 	if err := a.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -150,8 +151,7 @@ func zombie(t *testing.T, c *testenv.ApacheCluster, p apachePlan) {
 	} else {
 		t.Logf("the zombie exited 1: %s", strings.TrimSpace(out[strings.LastIndex(out, "level=ERROR"):]))
 	}
-	time.Sleep(2 * time.Second)
-	b.MustBeRunning(t)
+	f.waitDelivering(b, 50, time.Minute) // b delivers on after the zombie's exit
 	r := apacheResult{scenario: "zombie: SIGSTOP the active instance, a second one takes over, SIGCONT", delivery: "exactly_once",
 		faults: "1 SIGSTOP + SIGCONT",
 		note:   fmt.Sprintf("b delivering %s after the freeze; zombie exit %d %s after SIGCONT", takeover.Round(100*time.Millisecond), a.Code, exited.Round(100*time.Millisecond))}
@@ -171,7 +171,7 @@ func storedPosition(t *testing.T, c *testenv.ApacheCluster, topic, key string) (
 	t.Helper()
 	var pos source.Position
 	n := 0
-	for _, r := range readRecords(t, runningAddrs(c), "^"+regexp.QuoteMeta(topic)+"$", time.Second) {
+	for _, r := range testenv.ReadAll(t, runningAddrs(c), "^"+regexp.QuoteMeta(topic)+"$") {
 		if string(r.Key) != key {
 			continue
 		}
@@ -249,7 +249,7 @@ func kafkaOffsetsRestart(t *testing.T, c *testenv.ApacheCluster, p apachePlan) {
 	harness.WaitFor(t, time.Minute, "the resume log line", func() bool { proc.MustBeRunning(t); return strings.Contains(proc.Out.String(), resume) })
 	w = startWriter(f.db, p.pause)
 	sm = startStallMeter(addr)
-	time.Sleep(3 * time.Second)
+	f.waitDelivering(proc, 50, time.Minute) // the restarted outboxd delivers the new writer's rows
 	apacheFinish(t, f, c, w, sm, p, apacheResult{stall: stall, scenario: "offsets.store kafka: offsets leader SIGKILLs, then every broker and outboxd restarted",
 		delivery: "at_least_once", faults: fmt.Sprintf("%d leader SIGKILLs + 1 full-cluster SIGKILL", p.offsetKills), note: "resumed at the last stored position"},
 		started, prefix+".dlq")

@@ -8,6 +8,7 @@ package chaos
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -113,17 +114,16 @@ func isrGap(c *testenv.ApacheCluster) string {
 // waitISR waits until every node runs and every partition's ISR is complete.
 func waitISR(t *testing.T, c *testenv.ApacheCluster, within time.Duration) time.Duration {
 	t.Helper()
-	var last string
 	start := time.Now()
-	for {
-		if last = isrGap(c); last == "" {
-			return time.Since(start)
+	if err := harness.Until(within, 200*time.Millisecond, func() error {
+		if gap := isrGap(c); gap != "" {
+			return errors.New(gap)
 		}
-		if time.Since(start) > within {
-			t.Fatalf("the ISR is not complete %v after the restart: %s", within, last)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatalf("the ISR is not complete %v after the restart: %v", within, err)
 	}
+	return time.Since(start)
 }
 
 // healthy makes sure a scenario starts on a whole cluster (a failed earlier one may have left a

@@ -130,8 +130,9 @@ func finish(t *testing.T, f *fixture, w *writer, p plan, r result, started time.
 	}
 }
 
+// sleepBetween is the chaos schedule: the next fault comes a random min–max later.
 func sleepBetween(min, max time.Duration) {
-	time.Sleep(min + time.Duration(mrand.Int64N(int64(max-min))))
+	harness.Hold(min+time.Duration(mrand.Int64N(int64(max-min))), "the random time to the next fault")
 }
 
 // pgKill: SIGKILL outboxd every 1–3 s and restart it at once. With exactlyOnce the run must
@@ -151,8 +152,7 @@ func pgKill(t *testing.T, p plan, exactlyOnce bool) {
 		t.Logf("killed at %s", time.Now().Format(time.RFC3339Nano))
 		proc = startProc(t, "a", cfg, f.dir)
 	}
-	time.Sleep(2 * time.Second)
-	proc.MustBeRunning(t)
+	f.waitDelivering(proc, 50, time.Minute) // the last instance delivers under the writer
 	name := "PostgreSQL: SIGKILL outboxd every 1–3 s"
 	if exactlyOnce {
 		name = "PostgreSQL, exactly_once: SIGKILL outboxd every 1–3 s"
@@ -174,15 +174,14 @@ func brokerOutage(t *testing.T, p plan) {
 	f.waitStreaming(proc)
 	w := startWriter(f.db, p.pause)
 	for i := 0; i < p.outages; i++ {
-		time.Sleep(3 * time.Second)
-		proc.MustBeRunning(t)
+		f.waitDelivering(proc, 50, time.Minute) // the broker goes while outboxd delivers
 		f.broker.Stop()
-		time.Sleep(p.outage)
+		harness.Hold(p.outage, "the broker outage under test")
 		if err := f.broker.Start(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(3 * time.Second)
+	f.waitDelivering(proc, 50, 2*time.Minute) // delivering again
 	proc.MustBeRunning(t)
 	finish(t, f, w, p, result{scenario: "PostgreSQL: broker down under load", faults: fmt.Sprintf("%d × %s broker outage", p.outages, p.outage)}, started)
 	if code := proc.Term(); code != 0 {
@@ -198,15 +197,14 @@ func pgRestart(t *testing.T, p plan) {
 	f.waitStreaming(proc)
 	w := startWriter(f.db, p.pause)
 	for i := 0; i < p.pgRestarts; i++ {
-		time.Sleep(3 * time.Second)
-		proc.MustBeRunning(t)
+		f.waitDelivering(proc, 50, time.Minute) // the database crashes while outboxd delivers
 		f.pg.Kill()
-		time.Sleep(500 * time.Millisecond)
+		harness.Hold(500*time.Millisecond, "PostgreSQL stays down")
 		if err := f.pg.Start(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(3 * time.Second)
+	f.waitDelivering(proc, 50, 2*time.Minute) // reconnected and delivering again
 	proc.MustBeRunning(t)
 	finish(t, f, w, p, result{scenario: "PostgreSQL: crash-restart the database under load", faults: fmt.Sprintf("%d PostgreSQL SIGKILL+restarts", p.pgRestarts)}, started)
 	if code := proc.Term(); code != 0 {
@@ -259,7 +257,7 @@ func haFailover(t *testing.T, p plan) {
 		})
 		active = standby
 	}
-	time.Sleep(2 * time.Second)
+	f.waitDelivering(procs[active], 50, time.Minute) // the last one to take over delivers
 	finish(t, f, w, p, result{scenario: "PostgreSQL: HA pair, SIGKILL the active instance", faults: fmt.Sprintf("%d failovers", p.failovers),
 		note: fmt.Sprintf("slowest takeover %s", worst.Round(100*time.Millisecond))}, started)
 	for _, pr := range procs {
@@ -284,8 +282,7 @@ func mariaKill(t *testing.T, p plan) {
 		proc.Kill()
 		proc = startProc(t, "a", cfg, f.dir)
 	}
-	time.Sleep(2 * time.Second)
-	proc.MustBeRunning(t)
+	f.waitDelivering(proc, 50, time.Minute) // the last instance delivers under the writer
 	finish(t, f, w, p, result{scenario: "MariaDB: SIGKILL outboxd every 1–3 s", faults: fmt.Sprintf("%d SIGKILLs", p.mariaKills)}, started)
 	if code := proc.Term(); code != 0 {
 		t.Errorf("SIGTERM exit %d; output:\n%s", code, harness.Tail(proc.Out.String(), 40))
@@ -300,15 +297,14 @@ func mariaRestart(t *testing.T, p plan) {
 	f.waitStreaming(proc)
 	w := startWriter(f.db, p.pause)
 	for i := 0; i < p.mariaRestarts; i++ {
-		time.Sleep(3 * time.Second)
-		proc.MustBeRunning(t)
+		f.waitDelivering(proc, 50, time.Minute) // the database crashes while outboxd delivers
 		f.maria.Kill()
-		time.Sleep(500 * time.Millisecond)
+		harness.Hold(500*time.Millisecond, "MariaDB stays down")
 		if err := f.maria.Start(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(3 * time.Second)
+	f.waitDelivering(proc, 50, 2*time.Minute) // reconnected and delivering again
 	proc.MustBeRunning(t)
 	finish(t, f, w, p, result{scenario: "MariaDB: crash-restart the database under load", faults: fmt.Sprintf("%d MariaDB SIGKILL+restarts", p.mariaRestarts)}, started)
 	if code := proc.Term(); code != 0 {

@@ -2,9 +2,11 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/testenv"
 	"github.com/outboxd/outboxd/internal/testenv/harness"
+	"github.com/outboxd/outboxd/sink/kafka"
 )
 
 // binPath is the outboxd binary under test (harness.Build: built once per test process, or
@@ -225,3 +228,72 @@ func (f *fixture) waitStreaming(p *harness.Proc) {
 }
 
 // ---- the writer: small outbox transactions, ground truth read back from the database ----
+
+// delivered is what the outbox topics hold for a read_committed reader now: the sum of their
+// partitions' last stable offsets (records and transaction markers), -1 while Kafka does not
+// answer. It only grows while outboxd delivers.
+func (f *fixture) delivered() int64 {
+	a, err := kafka.Dial(kafka.Config{Brokers: f.brokerAddrs()}, 1, 100*time.Millisecond)
+	if err != nil {
+		return -1
+	}
+	defer a.Close()
+	_, topics, err := a.Cluster()
+	if err != nil {
+		return -1
+	}
+	re := regexp.MustCompile(f.topicPattern())
+	var sel []string
+	for _, tp := range topics {
+		if re.MatchString(tp) {
+			sel = append(sel, tp)
+		}
+	}
+	offs, err := a.ListOffsets(sel, kafka.Latest, kafka.ReadCommitted)
+	if err != nil {
+		return -1
+	}
+	var n int64
+	for _, ps := range offs {
+		for _, o := range ps {
+			n += o
+		}
+	}
+	return n
+}
+
+// waitDelivering waits until the outbox topics hold n more records than now: outboxd delivers
+// the writer's rows (before a fault: it hits a running stream; after one: delivery resumed). p,
+// when not nil, must keep running meanwhile.
+func (f *fixture) waitDelivering(p *harness.Proc, n int64, within time.Duration) {
+	f.t.Helper()
+	base := int64(-1)
+	harness.WaitFor(f.t, within, fmt.Sprintf("%d more records delivered", n), func() bool {
+		if p != nil {
+			p.MustBeRunning(f.t)
+		}
+		d := f.delivered()
+		if base < 0 {
+			base = d
+			return false
+		}
+		return d >= base+n
+	})
+}
+
+// waitStoredAfter waits until the offsets file was written after t0 (a position stored after
+// everything acked before t0).
+func (f *fixture) waitStoredAfter(t0 time.Time, within time.Duration) {
+	f.t.Helper()
+	harness.WaitFor(f.t, within, "a position stored after "+t0.Format(time.RFC3339Nano), func() bool {
+		b, err := os.ReadFile(f.offs)
+		if err != nil {
+			return false
+		}
+		var d struct {
+			Position string
+			Updated  time.Time
+		}
+		return json.Unmarshal(b, &d) == nil && d.Position != "" && d.Updated.After(t0)
+	})
+}

@@ -14,9 +14,9 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/jackc/pgx/v5"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 // outboxDB writes outbox transactions and reads back every committed id.
@@ -168,11 +168,11 @@ func startWriter(db outboxDB, pause time.Duration) *writer {
 			if err != nil {
 				w.failures.Add(1)
 				db.reset()
-				time.Sleep(100 * time.Millisecond)
+				harness.Hold(100*time.Millisecond, "the writer's retry pace while the database is down")
 				continue
 			}
 			w.txs.Add(1)
-			time.Sleep(pause)
+			harness.Hold(pause, "paces the writer")
 		}
 	}()
 	return w
@@ -183,50 +183,11 @@ func (w *writer) stop() { close(w.stopCh); <-w.done }
 // ---- the check ----
 
 // readAll reads every record of the topics matching pattern (read_committed, from the
-// beginning) until nothing new arrives for idle.
-func readAll(t *testing.T, addrs []string, pattern string, idle time.Duration) []testenv.Consumed {
+// beginning) that is in them now: to each partition's last stable offset (testenv.ReadAll), no
+// quiet period.
+func readAll(t *testing.T, addrs []string, pattern string) []testenv.Consumed {
 	t.Helper()
-	recs := readRecords(t, addrs, pattern, idle)
-	out := make([]testenv.Consumed, len(recs))
-	for i, r := range recs {
-		c := testenv.Consumed{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Headers: map[string]string{}}
-		for _, h := range r.Headers {
-			c.Headers[h.Key] = string(h.Value)
-		}
-		out[i] = c
-	}
-	return out
-}
-
-// readRecords is readAll with franz-go's records (producer id and epoch included).
-func readRecords(t *testing.T, addrs []string, pattern string, idle time.Duration) []*kgo.Record {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeRegex(), kgo.ConsumeTopics(pattern),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.MetadataMinAge(100*time.Millisecond), kgo.MetadataMaxAge(time.Second),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(200*time.Millisecond))
-	if err != nil {
-		t.Fatalf("consumer: %v", err)
-	}
-	defer cl.Close()
-	var out []*kgo.Record
-	start, last := time.Now(), time.Now()
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		f := cl.PollFetches(ctx)
-		cancel()
-		n := 0
-		f.EachRecord(func(r *kgo.Record) {
-			n++
-			out = append(out, r)
-		})
-		if n > 0 {
-			last = time.Now()
-		}
-		// Wait longer before the first record (topic discovery by regex takes a moment).
-		if (len(out) > 0 && time.Since(last) > idle) || time.Since(start) > 10*idle+10*time.Second {
-			return out
-		}
-	}
+	return toConsumed(testenv.ReadAll(t, addrs, pattern))
 }
 
 type tally struct {
@@ -268,12 +229,12 @@ func verify(t *testing.T, f *fixture, within time.Duration) tally {
 	if err != nil {
 		t.Fatalf("read committed ids back: %v", err)
 	}
-	deadline := time.Now().Add(within)
-	for {
-		tl := count(truth, readAll(t, f.brokerAddrs(), f.topicPattern(), 1500*time.Millisecond))
-		if tl.lost == 0 || time.Now().After(deadline) {
-			return tl
+	var tl tally
+	harness.Until(within, time.Second, func() error { // on a timeout the tally says what is lost
+		if tl = count(truth, readAll(t, f.brokerAddrs(), f.topicPattern())); tl.lost > 0 {
+			return fmt.Errorf("%d of %d committed ids not in Kafka", tl.lost, tl.events)
 		}
-		time.Sleep(2 * time.Second)
-	}
+		return nil
+	})
+	return tl
 }

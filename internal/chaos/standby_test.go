@@ -58,9 +58,10 @@ func hotStandby(t *testing.T, f *fixture, standbyLog string) {
 	if m := harness.Metrics(addrA); !strings.Contains(m, "outboxd_standby 0") {
 		t.Fatalf("active metrics lack outboxd_standby 0")
 	}
+	written := time.Now()
 	writeRows(t, f.db, 50)
 	mustVerify(t, f)
-	time.Sleep(500 * time.Millisecond) // let a store its position
+	f.waitStoredAfter(written, 30*time.Second) // a stored its position since the rows came
 	if strings.Contains(b.Out.String(), "starting outboxd") {
 		t.Fatalf("the standby started a pipeline while a was active:\n%s", b.Out.String())
 	}

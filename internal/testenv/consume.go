@@ -64,18 +64,34 @@ func Consume(t testing.TB, addr, pattern string, want int, timeout time.Duration
 // 60 s.
 func ConsumeAll(t testing.TB, addr, pattern string) []Consumed {
 	t.Helper()
+	recs := ReadAll(t, []string{addr}, pattern)
+	out := make([]Consumed, len(recs))
+	for i, r := range recs {
+		c := Consumed{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Headers: map[string]string{}}
+		for _, h := range r.Headers {
+			c.Headers[h.Key] = string(h.Value)
+		}
+		out[i] = c
+	}
+	return out
+}
+
+// ReadAll is ConsumeAll with franz-go's records (producer id and epoch included), from the
+// brokers at addrs (a cluster: any of them).
+func ReadAll(t testing.TB, addrs []string, pattern string) []*kgo.Record {
+	t.Helper()
 	re, err := regexp.Compile(pattern)
 	if err != nil {
-		t.Fatalf("ConsumeAll: pattern %q: %v", pattern, err)
+		t.Fatalf("ReadAll: pattern %q: %v", pattern, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var ends map[string]map[int32]partEnd
 	if err := harness.Until(30*time.Second, 100*time.Millisecond, func() (err error) {
-		ends, err = stableEnds(ctx, addr, re) // a new topic's leader may not be elected yet
+		ends, err = stableEnds(ctx, addrs, re) // a new topic's leader may not be elected yet
 		return err
 	}); err != nil {
-		t.Fatalf("ConsumeAll %s at %s: %v", pattern, addr, err)
+		t.Fatalf("ReadAll %s at %v: %v", pattern, addrs, err)
 	}
 	start := map[string]map[int32]kgo.Offset{}
 	left := 0
@@ -93,32 +109,29 @@ func ConsumeAll(t testing.TB, addr, pattern string) []Consumed {
 	if left == 0 {
 		return nil
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumePartitions(start), kgo.KeepControlRecords(),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumePartitions(start), kgo.KeepControlRecords(),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatalf("consumer: %v", err)
 	}
 	defer cl.Close()
-	var out []Consumed
+	var out []*kgo.Record
 	for left > 0 {
 		f := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			t.Fatalf("ConsumeAll %s: %d partitions not read to their last stable offset within 60s", pattern, left)
+			t.Fatalf("ReadAll %s: %d partitions not read to their last stable offset within 60s", pattern, left)
 		}
 		f.EachRecord(func(r *kgo.Record) {
+			// The record at end-1 is always returned: a visible record or, kept here, the
+			// marker that ends the transaction before the end.
 			if e, ok := ends[r.Topic][r.Partition]; ok && !e.reached && r.Offset+1 >= e.end {
 				e.reached = true
 				ends[r.Topic][r.Partition] = e
 				left--
 			}
-			if r.Attrs.IsControl() {
-				return
+			if !r.Attrs.IsControl() {
+				out = append(out, r)
 			}
-			c := Consumed{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Headers: map[string]string{}}
-			for _, h := range r.Headers {
-				c.Headers[h.Key] = string(h.Value)
-			}
-			out = append(out, c)
 		})
 	}
 	return out
@@ -132,8 +145,8 @@ type partEnd struct {
 
 // stableEnds lists the log start and last stable offsets of every partition of the topics
 // matching re.
-func stableEnds(ctx context.Context, addr string, re *regexp.Regexp) (map[string]map[int32]partEnd, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+func stableEnds(ctx context.Context, addrs []string, re *regexp.Regexp) (map[string]map[int32]partEnd, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
 	if err != nil {
 		return nil, err
 	}
