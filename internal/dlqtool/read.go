@@ -227,7 +227,7 @@ func partitions(ctx context.Context, adm *kafka.Admin, c Conn, wait bool) ([]int
 		case errors.Is(err, kafka.ErrLeaderNotAvailable) && (wait || settling < 4):
 			settling++ // just created: its leaders are being elected
 		default:
-			return nil, fmt.Errorf("kafka.brokers %v: metadata of kafka.dlq_topic %s: %w", c.Kafka.Brokers, topic, err)
+			return nil, fmt.Errorf("kafka.dlq_topic %s: %w", topic, err) // err names kafka.brokers
 		}
 		d := time.Second // a missing topic, while following
 		if settling > 0 {

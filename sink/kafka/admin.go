@@ -103,7 +103,9 @@ func (a *Admin) metadata(topics []string) (*sarama.MetadataResponse, error) {
 	resp, err := b.GetMetadata(req)
 	if err != nil {
 		_ = b.Close() // reopened by the next call
-		return nil, fmt.Errorf("kafka.brokers %v: metadata: %w", a.brokers, err)
+		// As sarama's client says it: ConnectHint reads a hang-up at this first contact as a
+		// listener refusing the client's security.
+		return nil, fmt.Errorf("kafka.brokers %v: metadata: %w: %w", a.brokers, sarama.ErrOutOfBrokers, err)
 	}
 	return resp, nil
 }
