@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/testenv/harness"
+
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -268,20 +270,18 @@ func (k *ApacheKafka) waitReady(within time.Duration) error {
 	k.mu.Lock()
 	done := k.done
 	k.mu.Unlock()
-	deadline := time.Now().Add(within)
-	var last error
-	for time.Now().Before(deadline) {
+	err := harness.Until(within, 100*time.Millisecond, func() error {
 		select {
 		case <-done:
-			return fmt.Errorf("kafka node %d exited during start; log:\n%s", k.NodeID, k.Log())
+			return harness.Final(fmt.Errorf("kafka node %d exited during start", k.NodeID))
 		default:
 		}
-		if last = metadataReady(k.Addr(), k.NodeID); last == nil {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
+		return metadataReady(k.Addr(), k.NodeID)
+	})
+	if err != nil {
+		return fmt.Errorf("kafka node %d did not serve Metadata: %w; log:\n%s", k.NodeID, err, k.Log())
 	}
-	return fmt.Errorf("kafka node %d did not serve Metadata within %v: %v; log:\n%s", k.NodeID, within, last, k.Log())
+	return nil
 }
 
 // metadataReady sends one Metadata request to addr and checks that it lists broker id and a

@@ -11,6 +11,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -18,6 +19,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -293,17 +296,10 @@ func (k *SecureKafka) AddSCRAMUser(name, password string) error {
 			return fmt.Errorf("AlterUserScramCredentials %s: %w (%v)", name, err, r.ErrorMessage)
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := k.scramLogin(name, password)
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("SCRAM user %s still cannot log in on %s: %w", name, k.SASLAddr(), err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := harness.Until(30*time.Second, 100*time.Millisecond, func() error { return k.scramLogin(name, password) }); err != nil {
+		return fmt.Errorf("SCRAM user %s still cannot log in on %s: %w", name, k.SASLAddr(), err)
 	}
+	return nil
 }
 
 // scramLogin authenticates on the SASL_SSL listener and sends one ApiVersions request.
@@ -397,24 +393,24 @@ func (k *SecureKafka) Revoke(acls ...ACL) error {
 
 // waitACLs waits until DescribeAcls lists (present) or stops listing each of acls.
 func (k *SecureKafka) waitACLs(acls []ACL, present bool) error {
-	deadline := time.Now().Add(20 * time.Second)
+	start := time.Now()
 	for _, a := range acls {
-		for {
+		err := harness.Until(max(20*time.Second-time.Since(start), 0), 50*time.Millisecond, func() error {
 			req := kmsg.NewPtrDescribeACLsRequest()
 			name, principal := a.Name, a.Principal
 			req.ResourceType, req.ResourceName, req.ResourcePatternType = a.Resource, &name, a.pattern()
 			req.Principal, req.Operation, req.PermissionType = &principal, a.Op, kmsg.ACLPermissionTypeAllow
 			resp, err := k.admin(req)
-			if err == nil {
-				r := resp.(*kmsg.DescribeACLsResponse)
-				if (len(r.Resources) > 0) == present {
-					break
-				}
+			if err != nil {
+				return err
 			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("ACL %+v: broker does not list it as present=%v (%v)", a, present, err)
+			if (len(resp.(*kmsg.DescribeACLsResponse).Resources) > 0) != present {
+				return errors.New("not listed as wanted yet")
 			}
-			time.Sleep(50 * time.Millisecond)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("ACL %+v: broker does not list it as present=%v (%v)", a, present, err)
 		}
 	}
 	return nil

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/testenv/harness"
+
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -157,15 +159,13 @@ func TestApacheClusterKillLeaderAcksAll(t *testing.T) {
 // waitListed waits until the metadata served at addr lists broker id (listed) or no longer does.
 func waitListed(t *testing.T, addr string, id int, listed bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	if err := harness.Until(30*time.Second, 100*time.Millisecond, func() error {
 		err := metadataReady(addr, id)
 		if (err == nil) == listed {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node %d listed=%v not reached within 30s: %v", id, listed, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return fmt.Errorf("metadata answer: %v", err)
+	}); err != nil {
+		t.Fatalf("node %d listed=%v not reached: %v", id, listed, err)
 	}
 }

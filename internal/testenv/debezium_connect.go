@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf16"
+
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 // ConnectOpts configures a Kafka Connect standalone worker running one connector.
@@ -191,31 +193,32 @@ func (c *Connect) Status() (connector, task, trace string, err error) {
 const streamingMark = "Starting streaming"
 
 func (c *Connect) waitStreaming(within time.Duration) error {
-	deadline := time.Now().Add(within)
-	var last string
-	for time.Now().Before(deadline) {
+	err := harness.Until(within, 200*time.Millisecond, func() error {
 		select {
 		case <-c.done:
-			return fmt.Errorf("kafka Connect exited during start; log:\n%s", c.Log())
+			return harness.Final(fmt.Errorf("kafka Connect exited during start; log:\n%s", c.Log()))
 		default:
 		}
 		conn, task, trace, err := c.Status()
 		switch {
 		case err != nil:
-			last = err.Error()
+			return err
 		case conn == "FAILED" || task == "FAILED":
-			return fmt.Errorf("connector %s failed to start (connector %s, task %s): %s\nlog:\n%s", c.Name, conn, task, trace, c.Log())
+			return harness.Final(fmt.Errorf("connector %s failed to start (connector %s, task %s): %s\nlog:\n%s", c.Name, conn, task, trace, c.Log()))
 		case conn == "RUNNING" && task == "RUNNING":
 			if strings.Contains(c.fullLog(), streamingMark) {
 				return nil
 			}
-			last = "task RUNNING, Debezium not streaming yet"
+			return errors.New("task RUNNING, Debezium not streaming yet")
 		default:
-			last = fmt.Sprintf("connector %q, task %q", conn, task)
+			return fmt.Errorf("connector %q, task %q", conn, task)
 		}
-		time.Sleep(200 * time.Millisecond)
+	})
+	var te *harness.TimeoutError
+	if errors.As(err, &te) {
+		return fmt.Errorf("connector %s not streaming within %v (%v); log:\n%s", c.Name, within, te.Last, c.Log())
 	}
-	return fmt.Errorf("connector %s not streaming within %v (%s); log:\n%s", c.Name, within, last, c.Log())
+	return err
 }
 
 // Pid is the JVM's process id (0 when not running), e.g. for CPU and RSS readings.

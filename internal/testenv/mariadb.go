@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/testenv/harness"
+
 	"github.com/go-mysql-org/go-mysql/client"
 )
 
@@ -164,8 +166,7 @@ func (m *MariaDB) Start() error {
 	}
 	m.cmd, m.log, m.done = cmd, logf, make(chan struct{})
 	go func(done chan struct{}) { cmd.Wait(); close(done) }(m.done)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	err = harness.Until(60*time.Second, 50*time.Millisecond, func() error {
 		c, err := m.connect("")
 		if err == nil {
 			c.Close()
@@ -175,14 +176,15 @@ func (m *MariaDB) Start() error {
 		case <-m.done:
 			m.log.Close()
 			m.cmd = nil
-			return fmt.Errorf("mariadbd exited during start; log:\n%s", m.Log())
+			return harness.Final(errors.New("mariadbd exited during start"))
 		default:
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("mariadbd did not accept connections within 60s: %v; log:\n%s", err, m.Log())
-		}
-		time.Sleep(50 * time.Millisecond)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("mariadbd did not accept connections: %w; log:\n%s", err, m.Log())
 	}
+	return nil
 }
 
 func (m *MariaDB) connect(db string) (*client.Conn, error) {

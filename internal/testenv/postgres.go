@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/testenv/harness"
+
 	"github.com/jackc/pgx/v5"
 )
 
@@ -116,8 +118,7 @@ func (p *Postgres) Start() error {
 	}
 	p.cmd, p.log, p.done = cmd, logf, make(chan struct{})
 	go func(done chan struct{}) { cmd.Wait(); close(done) }(p.done)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	err = harness.Until(60*time.Second, 100*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		c, err := pgx.Connect(ctx, p.DSN("postgres"))
 		cancel()
@@ -127,14 +128,15 @@ func (p *Postgres) Start() error {
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("postgres exited during start; log:\n%s", p.Log())
+			return harness.Final(errors.New("postgres exited during start"))
 		default:
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("postgres did not accept connections within 60s: %v; log:\n%s", err, p.Log())
-		}
-		time.Sleep(100 * time.Millisecond)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("postgres did not accept connections: %w; log:\n%s", err, p.Log())
 	}
+	return nil
 }
 
 // Log returns the server log so far.
