@@ -265,6 +265,7 @@ func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
 	var held source.Tx  // read, waiting for CanAccept (when hasHeld)
 	hasHeld := false
 	reading, ending, stopped := true, false, false
+	stopCh := ctx.Done() // nil once it fired: a closed channel in the select would spin the loop
 	for {
 		rd := c.Ready()
 		if rd.Err != nil {
@@ -335,7 +336,8 @@ func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
 				srcErr, ending = err, true
 			}
 			errCh = nil
-		case <-ctx.Done():
+		case <-stopCh:
+			stopCh = nil
 			if !stopped {
 				stopReading()
 				reading, stopped, hasHeld = false, true, false

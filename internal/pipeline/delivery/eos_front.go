@@ -372,7 +372,9 @@ func (e *eosCore) wakeAt() time.Time {
 			t = x
 		}
 	}
-	min(e.waitUntil)
+	if !e.waitUntil.IsZero() {
+		return e.waitUntil // tick (pump) does nothing before it: an earlier wake would spin the loop
+	}
 	if e.closing {
 		min(e.deadline)
 	}
