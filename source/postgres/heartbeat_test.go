@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"testing"
 	"time"
@@ -11,18 +10,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/source/postgres/pgoutputtest"
 )
 
 func messageBytes(transactional bool, lsn uint64, prefix string, content []byte) []byte {
-	b := []byte{msgMessage, 0}
-	if transactional {
-		b[1] = 1
-	}
-	b = binary.BigEndian.AppendUint64(b, lsn)
-	b = append(b, prefix...)
-	b = append(b, 0)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(content)))
-	return append(b, content...)
+	return pgoutputtest.Message(transactional, lsn, prefix, string(content))
 }
 
 func TestParseMessage(t *testing.T) {
