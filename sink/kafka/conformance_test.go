@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -54,5 +55,23 @@ func TestConformance(t *testing.T) {
 			var once sync.Once
 			return p, func() { once.Do(func() { close(unblock) }) }
 		},
+	})
+}
+
+// TestTxnConformance runs the transactional producer suite against the Kafka TxnProducer on a
+// kfake broker: the contract the exactly_once runner's fakes also pass.
+func TestTxnConformance(t *testing.T) {
+	b := newBroker(t)
+	var n int
+	sinktest.RunTxn(t, sinktest.TxnHarness{
+		New: func(t *testing.T) sinktest.TxnProducer {
+			n++
+			p, err := NewTxn(testConfig(b.Addr()), TxnOptions{ID: fmt.Sprintf("conformance-%d", n)}, nil)
+			if err != nil {
+				t.Fatalf("NewTxn: %v", err)
+			}
+			return p
+		},
+		Record: func(t *testing.T, i int) *sink.Record { return seqRecord(topicName(t), i, 7) },
 	})
 }
