@@ -21,9 +21,10 @@ var (
 // Admin is one connection to a Kafka cluster for everything outboxd asks of Kafka besides
 // producing: metadata, topic creation and configuration, list-offsets, and reading partitions
 // back (Reader). The offsets store, `outboxd dlq tail/replay`, `outboxd check` and the bench
-// use it. It never creates a topic by asking for it, and its metadata requests are bounded
-// (Dial's retries): a command fails within seconds on an unreachable cluster instead of
-// retrying for a day like the producer.
+// use it. It never creates a topic by asking for it, and its metadata requests are bounded: a
+// command fails within seconds on an unreachable cluster instead of retrying for a day like
+// the producer. Cluster and Partitions ask one broker once; the lookups behind Offset,
+// ListOffsets and Reader (leaders) retry as Dial says.
 //
 // An Admin is safe for concurrent use. Every call is one or a few request round trips and
 // blocks until they are answered or fail (sarama's network timeouts bound them: 30 s).
@@ -35,9 +36,9 @@ type Admin struct {
 	admin sarama.ClusterAdmin // created on first use, on its own connection
 }
 
-// Dial connects to c.Brokers with c's TLS, SASL and client id. A metadata request is tried
-// retries+1 times, backoff apart. Dial itself sends nothing: an unreachable cluster shows in
-// the first call.
+// Dial connects to c.Brokers with c's TLS, SASL and client id. A metadata refresh (finding a
+// partition's leader) is tried retries+1 times, backoff apart. Dial itself sends nothing: an
+// unreachable cluster shows in the first call.
 func Dial(c Config, retries int, backoff time.Duration) (*Admin, error) {
 	sc, err := c.SaramaConfig()
 	if err != nil {

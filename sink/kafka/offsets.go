@@ -18,13 +18,15 @@ import (
 // the pipeline id, value = JSON {"position", "source", "updated"}. Many pipelines may share the
 // topic; each reads and writes only its own key.
 //
-// Load reads the key's partition with isolation level read_committed from the log start to the
-// high-water mark and takes the last value for the key: records of aborted transactions are
-// never seen, and a transaction still open when Load starts is waited for (it ends within the
-// transaction timeout of its producer at the latest). Save (offsets.store kafka with kafka.delivery at_least_once)
-// produces the record with the idempotent producer (acks=all) and returns once it is acked. In
-// exactly-once mode the position is not saved here: the pipeline produces Record(p) inside the
-// Kafka transaction that carries the records up to p.
+// Load reads the key's partition with isolation level read_committed (sarama's consumer, see
+// Reader) from the log start to the high-water mark and takes the last value for the key:
+// records of aborted transactions are never seen, and a transaction still open when Load starts
+// is waited for (it ends within the transaction timeout of its producer at the latest).
+//
+// Save (offsets.store kafka with kafka.delivery at_least_once) produces the record with the
+// idempotent producer (acks=all) and returns once it is acked. In exactly-once mode the
+// position is not saved here: the pipeline produces Record(p) inside the Kafka transaction
+// that carries the records up to p.
 //
 // The topic is created when absent with cleanup.policy=compact and 1 partition (replication:
 // the broker's default). An existing topic is used as it is; a key always maps to the same
