@@ -165,25 +165,15 @@ func appendKeepalive(b []byte, walEnd uint64, reply bool) []byte {
 }
 
 // appendOutboxTx appends a transaction with rows outbox rows ending at end. It allocates
-// nothing (the benchmark's allocations are the loop's): begin and commit are built in place, as
-// beginMsg and commitMsg would.
+// nothing (the benchmark's allocations are the loop's): begin and commit are built in a stack
+// buffer by pgoutputtest.AppendBegin and AppendCommit.
 func appendOutboxTx(b []byte, ins []byte, rows int, end uint64) []byte {
-	ts := uint64(t0.Sub(pgEpoch) / time.Microsecond)
-	var begin [21]byte
-	begin[0] = msgBegin
-	binary.BigEndian.PutUint64(begin[1:], end-0x10)
-	binary.BigEndian.PutUint64(begin[9:], ts)
-	binary.BigEndian.PutUint32(begin[17:], uint32(end))
-	b = appendXLogData(b, end-0x20, end, begin[:])
+	var msg [26]byte
+	b = appendXLogData(b, end-0x20, end, pgoutputtest.AppendBegin(msg[:0], end-0x10, t0, uint32(end)))
 	for i := 0; i < rows; i++ {
 		b = appendXLogData(b, end-0x18, end, ins)
 	}
-	var commit [26]byte
-	commit[0] = msgCommit
-	binary.BigEndian.PutUint64(commit[2:], end-0x10)
-	binary.BigEndian.PutUint64(commit[10:], end)
-	binary.BigEndian.PutUint64(commit[18:], ts)
-	return appendXLogData(b, end-0x10, end, commit[:])
+	return appendXLogData(b, end-0x10, end, pgoutputtest.AppendCommit(msg[:0], end-0x10, end, t0))
 }
 
 var benchPayload = `{"orderId": "6d3f1c2e-5a4b-4c3d-9e8f-0a1b2c3d4e5f", "amount": 12345, "currency": "EUR", "items": [1, 2, 3]}`

@@ -91,13 +91,23 @@ func Relation(id uint32, ns, name string, cols ...Column) []byte {
 
 // Begin is a Begin message ('B') of transaction xid whose commit record is at finalLSN.
 func Begin(finalLSN uint64, commitTime time.Time, xid uint32) []byte {
-	return Buf{'B'}.U64(finalLSN).Time(commitTime).U32(xid)
+	return AppendBegin(make([]byte, 0, 21), finalLSN, commitTime, xid)
+}
+
+// AppendBegin appends Begin's message to b (no allocation when b has room for its 21 bytes).
+func AppendBegin(b []byte, finalLSN uint64, commitTime time.Time, xid uint32) []byte {
+	return Buf(append(b, 'B')).U64(finalLSN).Time(commitTime).U32(xid)
 }
 
 // Commit is a Commit message ('C'): the commit record at commitLSN, the transaction's end at
 // endLSN (the position a consumer confirms).
 func Commit(commitLSN, endLSN uint64, commitTime time.Time) []byte {
-	return Buf{'C'}.U8(0).U64(commitLSN).U64(endLSN).Time(commitTime)
+	return AppendCommit(make([]byte, 0, 26), commitLSN, endLSN, commitTime)
+}
+
+// AppendCommit appends Commit's message to b (no allocation when b has room for its 26 bytes).
+func AppendCommit(b []byte, commitLSN, endLSN uint64, commitTime time.Time) []byte {
+	return Buf(append(b, 'C')).U8(0).U64(commitLSN).U64(endLSN).Time(commitTime)
 }
 
 // AppendTuple appends a TupleData: the column count, then each column.
