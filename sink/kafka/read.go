@@ -42,8 +42,8 @@ func (r *Reader) Close() error { return r.consumer.Close() }
 
 // ReadPartition calls fn, in offset order, for the records of one partition from its log
 // start. fn is called from the calling goroutine; an error from it stops the read and is
-// returned. One partition is read by one call at a time; different partitions may be read
-// concurrently.
+// returned. A Reader reads each partition once (sarama lets one consumer hold a partition
+// once, and lets go of it asynchronously); different partitions may be read concurrently.
 //
 // With end >= 0 it returns nil once fn has had every record below end that read_committed
 // delivers; end must not be past the partition's last stable offset (Offset(..., Latest,
