@@ -41,27 +41,19 @@ func mustLoad(t *testing.T, s *OffsetStore) source.Position {
 
 func topicConfig(t *testing.T, addr, topic string) (partitions int, policy string) {
 	t.Helper()
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V2_8_0_0
-	admin, err := sarama.NewClusterAdmin([]string{addr}, sc)
+	a, err := Dial(testKafka(addr), 3, 100*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close()
-	md, err := admin.DescribeTopics([]string{topic})
-	if err != nil || len(md) != 1 {
-		t.Fatalf("describe %s: %v", topic, err)
-	}
-	cfg, err := admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: topic, ConfigNames: []string{"cleanup.policy"}})
+	defer a.Close()
+	parts, err := a.Partitions(topic)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("partitions of %s: %v", topic, err)
 	}
-	for _, e := range cfg {
-		if e.Name == "cleanup.policy" {
-			policy = e.Value
-		}
+	if policy, err = a.TopicConfig(topic, "cleanup.policy"); err != nil {
+		t.Fatalf("cleanup.policy of %s: %v", topic, err)
 	}
-	return len(md[0].Partitions), policy
+	return len(parts), policy
 }
 
 func TestOffsetStoreSaveLoad(t *testing.T) {
