@@ -428,7 +428,7 @@ func TestEOSBrokerOutage(t *testing.T) {
 	w := e.startWriter()
 	e.waitFlowing(20, 30*time.Second) // the broker stops under load
 	b.stop()
-	harness.Hold(20*time.Second, "the outage under test: longer than the transaction and producer timeouts")
+	harness.Hold(20*time.Second, "the 20 s broker outage under test")
 	select {
 	case <-p.Done:
 		t.Fatalf("outboxd exited with %d during the outage:\n%s", p.Code, p.Out.String())
