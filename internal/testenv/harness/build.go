@@ -10,9 +10,10 @@ import (
 // Package is the import path of the binary the suites run.
 const Package = "github.com/outboxd/outboxd/cmd/outboxd"
 
-// BinEnv names a prebuilt outboxd for the suites: with it set, Build builds nothing (run the
-// tests against another build, e.g. an older commit to show a new test fails there, or the
-// binary .ci/test has just built).
+// BinEnv names another outboxd build for the suites: with it set, Build builds nothing (run the
+// tests against e.g. an older commit, to show a new test fails there). test/e2e then leaves out
+// config keys an older build may not know (covOnDemandOnly): it is not a cache for this tree's
+// build.
 const BinEnv = "OUTBOXD_TEST_BIN"
 
 // Build builds outboxd into a new temporary directory, for a TestMain; it returns the binary's
