@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -14,34 +15,55 @@ import (
 )
 
 // benchTxn is a transactional producer that costs nothing: Flush and Commit ack everything
-// queued (as a broker answering one request), nothing is kept.
+// queued (as a broker answering one request), nothing is kept. The acks come from its
+// deliverer goroutine, as the Kafka producer's come from its result goroutine.
 type benchTxn struct {
-	mu    sync.Mutex
-	dones []func(error)
+	mu     sync.Mutex
+	dones  []func(error)
+	batch  []fakeDelivery
+	closed bool
+	dl     deliverer
 }
 
 func (p *benchTxn) Begin() error { return nil }
 func (p *benchTxn) Produce(_ context.Context, _ *sink.Record, done func(error)) error {
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errors.New("bench producer closed")
+	}
 	p.dones = append(p.dones, done)
-	p.mu.Unlock()
 	return nil
 }
 
-func (p *benchTxn) Flush(context.Context) error {
+// Flush acks everything queued on the deliverer and waits for it; failed (closing) with err.
+func (p *benchTxn) flush(err error) {
 	p.mu.Lock()
-	d := p.dones
-	p.dones = nil
-	p.mu.Unlock()
-	for _, f := range d {
-		f(nil)
+	p.batch = p.batch[:0]
+	for i, d := range p.dones {
+		p.batch = append(p.batch, fakeDelivery{done: d, err: err})
+		p.dones[i] = nil
 	}
+	p.dones = p.dones[:0]
+	if len(p.batch) > 0 {
+		p.dl.push(p.batch...)
+	}
+	p.mu.Unlock()
+	p.dl.idle()
+}
+
+func (p *benchTxn) Flush(context.Context) error { p.flush(nil); return nil }
+func (p *benchTxn) Commit() error               { p.flush(nil); return nil }
+func (p *benchTxn) Abort() error                { p.flush(nil); return nil }
+func (p *benchTxn) Usable() bool                { return true }
+func (p *benchTxn) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.flush(errors.New("bench producer closed with the record queued"))
+	p.dl.close()
 	return nil
 }
-func (p *benchTxn) Commit() error { return p.Flush(context.Background()) }
-func (p *benchTxn) Abort() error  { p.Flush(context.Background()); return nil }
-func (p *benchTxn) Usable() bool  { return true }
-func (p *benchTxn) Close() error  { return nil }
 
 type benchPosStore struct{}
 

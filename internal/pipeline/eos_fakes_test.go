@@ -91,7 +91,11 @@ type fakeTxn struct {
 	failErr error // the transaction failed: every later record fails with this
 	queued  []fakeQueued
 	reqSize int
+	closed  bool
+	dl      deliverer // calls the dones (Flush waits for it)
 }
+
+var errFakeTxnClosed = errors.New("fake transactional producer closed with the record queued")
 
 type fakeQueued struct {
 	rec  sink.Record
@@ -109,17 +113,28 @@ func (p *fakeTxn) Begin() error {
 }
 
 func (p *fakeTxn) Produce(_ context.Context, rec *sink.Record, done func(error)) error {
+	if p.closed {
+		return errors.New("fake transactional producer closed")
+	}
 	if !p.inTxn {
 		return errors.New("no transaction")
 	}
 	p.queued = append(p.queued, fakeQueued{rec: *rec, done: done})
 	if p.reqSize > 0 && len(p.queued) >= p.reqSize {
-		p.Flush(context.Background())
+		p.send() // one request: its outcomes arrive later, as from a broker
 	}
 	return nil
 }
 
+// Flush sends what is queued as one request and waits for every done.
 func (p *fakeTxn) Flush(context.Context) error {
+	p.send()
+	p.dl.idle()
+	return nil
+}
+
+// send resolves everything queued as one request and hands the dones to the deliverer.
+func (p *fakeTxn) send() {
 	c := p.c
 	c.mu.Lock()
 	q := p.queued
@@ -153,9 +168,8 @@ func (p *fakeTxn) Flush(context.Context) error {
 	}
 	c.mu.Unlock()
 	for _, x := range q {
-		x.done(err)
+		p.dl.push(fakeDelivery{done: x.done, err: err})
 	}
-	return nil
 }
 
 func (p *fakeTxn) Commit() error {
@@ -206,7 +220,19 @@ func (p *fakeTxn) Abort() error {
 }
 
 func (p *fakeTxn) Usable() bool { return p.ready }
-func (p *fakeTxn) Close() error { return nil }
+
+// Close fails what is still queued, waits for every done and stops the deliverer.
+func (p *fakeTxn) Close() error {
+	if !p.closed {
+		p.closed = true
+		for _, x := range p.queued {
+			p.dl.push(fakeDelivery{done: x.done, err: errFakeTxnClosed})
+		}
+		p.queued = nil
+	}
+	p.dl.close()
+	return nil
+}
 
 // fakePosStore reads the last committed position record of the fake cluster.
 type fakePosStore struct{ c *fakeCluster }

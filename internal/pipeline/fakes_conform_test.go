@@ -32,6 +32,38 @@ func TestFakeProducersConform(t *testing.T) {
 	})
 }
 
+// TestFakeTxnProducersConform: the same for the transactional fakes of the exactly_once tests
+// (sinktest.RunTxn also runs against sink/kafka.TxnProducer).
+func TestFakeTxnProducersConform(t *testing.T) {
+	rec := func(t *testing.T, i int) *sink.Record {
+		return &sink.Record{Topic: "outbox.event.x", Key: []byte(fmt.Sprint(i % 7)), Value: []byte(fmt.Sprint(i))}
+	}
+	t.Run("fakeTxn", func(t *testing.T) {
+		sinktest.RunTxn(t, sinktest.TxnHarness{Record: rec, Wait: 10 * time.Second,
+			New: func(t *testing.T) sinktest.TxnProducer {
+				p, err := (&fakeCluster{}).newProducer()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return p
+			}})
+	})
+	t.Run("fakeTxn/one-record-requests", func(t *testing.T) {
+		sinktest.RunTxn(t, sinktest.TxnHarness{Record: rec, Wait: 10 * time.Second,
+			New: func(t *testing.T) sinktest.TxnProducer {
+				p, err := (&fakeCluster{reqSize: 1}).newProducer()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return p
+			}})
+	})
+	t.Run("benchTxn", func(t *testing.T) {
+		sinktest.RunTxn(t, sinktest.TxnHarness{Record: rec, Wait: 10 * time.Second,
+			New: func(t *testing.T) sinktest.TxnProducer { return &benchTxn{} }})
+	})
+}
+
 // acker is a manual fakeProducer driven the way the tests drive it: something else (here a
 // goroutine standing in for the test) acks each record once it is queued.
 type acker struct {

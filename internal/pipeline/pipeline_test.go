@@ -54,27 +54,17 @@ func (s *fakeSource) Confirm(ctx context.Context, p source.Position) error {
 func (s *fakeSource) Close() error { return nil }
 
 // fakeProducer holds every record until the test acks or fails it (auto: acks at once). It
-// honours the Producer contract (sinktest, TestFakeProducersConform): every done runs on the
-// fake's one delivery goroutine, never inside Produce; Close fails what the test never acked
-// and waits for every done; Produce after Close fails.
+// keeps the Producer contract (TestFakeProducersConform runs sinktest on it): dones run on its
+// deliverer goroutine; Close fails what the test never acked and waits for every done; Produce
+// after Close fails.
 type fakeProducer struct {
 	mu      sync.Mutex
 	queued  []*sink.Record
-	dones   []func(error)    // nil once handed to the delivery goroutine
+	dones   []func(error)    // nil once handed to the deliverer
 	failFor map[string]error // topic → error returned on ack
 	auto    bool             // ack immediately
-
 	closed  bool
-	pending []fakeDelivery // for the delivery goroutine, in order
-	work    *sync.Cond     // nil until the delivery goroutine runs
-	stopped chan struct{}  // closed when it has ended (after Close)
-}
-
-// fakeDelivery is one done call; ran (if set) is closed once it returned.
-type fakeDelivery struct {
-	done func(error)
-	err  error
-	ran  chan struct{}
+	dl      deliverer
 }
 
 var errFakeProducerClosed = errors.New("fake producer closed before the test acked the record")
@@ -85,11 +75,10 @@ func (p *fakeProducer) Produce(ctx context.Context, rec *sink.Record, done func(
 	if p.closed {
 		return errors.New("fake producer closed")
 	}
-	p.startLocked()
 	r := *rec
 	p.queued = append(p.queued, &r)
 	if p.auto {
-		p.deliverLocked(fakeDelivery{done: done, err: p.failFor[rec.Topic]})
+		p.dl.push(fakeDelivery{done: done, err: p.failFor[rec.Topic]})
 		p.dones = append(p.dones, nil)
 		return nil
 	}
@@ -97,73 +86,28 @@ func (p *fakeProducer) Produce(ctx context.Context, rec *sink.Record, done func(
 	return nil
 }
 
-func (p *fakeProducer) startLocked() {
-	if p.work != nil {
-		return
-	}
-	p.work = sync.NewCond(&p.mu)
-	p.stopped = make(chan struct{})
-	go p.deliver()
-}
-
-func (p *fakeProducer) deliverLocked(d fakeDelivery) {
-	p.pending = append(p.pending, d)
-	p.work.Signal()
-}
-
-// deliver is the producer's goroutine: it calls the dones one at a time, in order, and ends
-// once the producer is closed and nothing is pending.
-func (p *fakeProducer) deliver() {
-	p.mu.Lock()
-	for {
-		for len(p.pending) == 0 && !p.closed {
-			p.work.Wait()
-		}
-		if len(p.pending) == 0 {
-			p.mu.Unlock()
-			close(p.stopped)
-			return
-		}
-		d := p.pending[0]
-		p.pending = p.pending[1:]
-		p.mu.Unlock()
-		d.done(d.err)
-		if d.ran != nil {
-			close(d.ran)
-		}
-		p.mu.Lock()
-	}
-}
-
-// Close fails the records the test never acked, waits for every done, and stops the delivery
-// goroutine. It is idempotent.
+// Close fails the records the test never acked, waits for every done, and stops the deliverer.
+// It is idempotent.
 func (p *fakeProducer) Close() error {
 	p.mu.Lock()
-	if p.work == nil {
-		p.closed = true
-		p.mu.Unlock()
-		return nil
-	}
 	if !p.closed {
 		p.closed = true
 		for i, d := range p.dones {
 			if d != nil {
 				p.dones[i] = nil
-				p.pending = append(p.pending, fakeDelivery{done: d, err: errFakeProducerClosed})
+				p.dl.push(fakeDelivery{done: d, err: errFakeProducerClosed})
 			}
 		}
-		p.work.Signal()
 	}
-	stopped := p.stopped
 	p.mu.Unlock()
-	<-stopped
+	p.dl.close()
 	return nil
 }
 
 func (p *fakeProducer) count() int { p.mu.Lock(); defer p.mu.Unlock(); return len(p.queued) }
 
-// ack resolves record i with err and returns once its done has run (on the delivery
-// goroutine). A record Close already failed is not resolved again.
+// ack resolves record i with err and returns once its done has run (on the deliverer). A
+// record Close already failed is not resolved again.
 func (p *fakeProducer) ack(i int, err error) {
 	p.mu.Lock()
 	d := p.dones[i]
@@ -173,7 +117,7 @@ func (p *fakeProducer) ack(i int, err error) {
 	}
 	p.dones[i] = nil
 	ran := make(chan struct{})
-	p.deliverLocked(fakeDelivery{done: d, err: err, ran: ran})
+	p.dl.push(fakeDelivery{done: d, err: err, ran: ran})
 	p.mu.Unlock()
 	<-ran
 }

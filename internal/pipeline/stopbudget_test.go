@@ -81,7 +81,7 @@ type stuckCloseTxn struct {
 	release chan struct{}
 }
 
-func (p stuckCloseTxn) Close() error { <-p.release; return nil }
+func (p stuckCloseTxn) Close() error { <-p.release; return p.fakeTxn.Close() }
 
 // TestEOSStopIsOneBudget: exactly_once with commits failing transiently and a Close that hangs:
 // the stop (the batch's commit attempts, then closing the producer) takes one shutdown_timeout.
