@@ -1,4 +1,11 @@
 // Package sink defines the record a sink delivers.
+//
+// A producer takes Records with Produce(ctx, rec, done) and reports each one's delivery through
+// done: exactly once per record Produce queued, from the producer's own goroutine (never two at
+// once, never inside Produce, Flush or Commit), and Close waits for every outstanding done. The
+// full contract is written on sinktest.Producer and sinktest.TxnProducer (the pipeline declares
+// the same interfaces where it uses them); sink/sinktest checks sink/kafka's producers and every
+// fake producer of the tests against it.
 package sink
 
 // Header is a Kafka record header.
