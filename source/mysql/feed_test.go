@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/replication"
+
+	th "github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 func feedEvent(e replication.Event, size uint32) *replication.BinlogEvent {
@@ -87,7 +89,9 @@ func TestFeedBackpressure(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFeed(&liveness{})
 			done := make(chan error, 1)
-			go func() {
+			reader := make(chan uint64, 1) // the reading goroutine's id
+			fill := func() {
+				reader <- th.GoroutineID()
 				for range tc.n + 1 {
 					if err := f.HandleEvent(feedEvent(&replication.XIDEvent{}, tc.size)); err != nil {
 						done <- err
@@ -95,12 +99,30 @@ func TestFeedBackpressure(t *testing.T) {
 					}
 				}
 				done <- nil
-			}()
-			select {
-			case err := <-done:
-				t.Fatalf("the reader did not wait with a full queue (%v)", err)
-			case <-time.After(100 * time.Millisecond):
 			}
+			// waitReader waits until the reader is parked in flush waiting for space: it can go
+			// no further until take or abandon, so a reader that does not wait is caught at once.
+			waitReader := func(base uint64) {
+				t.Helper()
+				id := <-reader
+				deadline := time.Now().Add(10 * time.Second)
+				for !th.Blocked(id, "mysql.(*eventFeed).flush") {
+					select {
+					case err := <-done:
+						t.Fatalf("the reader did not wait with a full queue (%v)", err)
+					default:
+					}
+					if time.Now().After(deadline) {
+						t.Fatal("the reader neither waited for space nor finished within 10s")
+					}
+					time.Sleep(th.BlockedInterval)
+				}
+				if n := f.live.events.Load() - base; n != uint64(tc.n) {
+					t.Fatalf("the reader waits after %d events, want after the %d that fill the queue", n, tc.n)
+				}
+			}
+			go fill()
+			waitReader(0)
 			evs, err := f.take(context.Background(), nil)
 			if err != nil || len(evs) != tc.n {
 				t.Fatalf("take: %d events, %v; want %d", len(evs), err, tc.n)
@@ -112,17 +134,10 @@ func TestFeedBackpressure(t *testing.T) {
 				t.Fatalf("second take: %d events", len(evs))
 			}
 
-			// Full again: abandon releases the reader with an error.
-			go func() {
-				for range tc.n + 1 {
-					if err := f.HandleEvent(feedEvent(&replication.XIDEvent{}, tc.size)); err != nil {
-						done <- err
-						return
-					}
-				}
-				done <- nil
-			}()
-			time.Sleep(50 * time.Millisecond)
+			// Full again: abandon releases the waiting reader with an error.
+			base := f.live.events.Load()
+			go fill()
+			waitReader(base)
 			f.abandon()
 			if err := <-done; !errors.Is(err, errAbandoned) {
 				t.Fatalf("abandoned reader: %v", err)
@@ -149,16 +164,21 @@ func TestFeedEnd(t *testing.T) {
 		t.Fatalf("take at the end: %v", err)
 	}
 
+	// The end wakes a take that waits for events (parked before the stream ends).
 	f = newFeed(&liveness{})
 	st = replication.NewBinlogStreamer()
-	go func() {
-		time.Sleep(50 * time.Millisecond)
-		st.AddErrorToStreamer(boom)
-	}()
 	go f.watch(st)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := f.take(ctx, nil); err != boom {
+	taker, errc := make(chan uint64, 1), make(chan error, 1)
+	go func() {
+		taker <- th.GoroutineID()
+		_, err := f.take(ctx, nil)
+		errc <- err
+	}()
+	th.WaitBlocked(t, 10*time.Second, <-taker, "mysql.(*eventFeed).take")
+	st.AddErrorToStreamer(boom)
+	if err := <-errc; err != boom {
 		t.Fatalf("waiting take: %v", err)
 	}
 }
