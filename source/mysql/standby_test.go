@@ -2,12 +2,14 @@ package mysql
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	th "github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 func TestLockName(t *testing.T) {
@@ -43,7 +45,22 @@ func TestPipelineLock(t *testing.T) {
 	if err != nil || lb != nil || holder == 0 {
 		t.Fatalf("second TryLock while held: lock %v holder %d err %v", lb, holder, err)
 	}
-	go func() { time.Sleep(300 * time.Millisecond); la.Release() }()
+	// a releases its lock once b's session waits for it in GET_LOCK (the server shows it in
+	// state "User lock"), so the lock is handed over within the wait.
+	watch := db(t, m)
+	go func() {
+		th.Until(10*time.Second, 10*time.Millisecond, func() error {
+			r, err := watch.Execute(`SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock' AND INFO LIKE 'SELECT GET_LOCK(%'`)
+			if err != nil {
+				return err
+			}
+			if n, _ := r.GetInt(0, 0); n == 0 {
+				return errors.New("no session waits in GET_LOCK")
+			}
+			return nil
+		})
+		la.Release()
+	}()
 	start := time.Now()
 	lb, _, err = b.TryLock(ctx, 3*time.Second)
 	if err != nil || lb == nil {
