@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	th "github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 const outboxCols = "id,aggregatetype,aggregateid,type,payload,created_at"
@@ -92,20 +93,23 @@ func purgeTo(t *testing.T, m *testenv.MariaDB) string {
 		t.Fatal(err)
 	}
 	last := rows[len(rows)-1][0]
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		// The server keeps binlogs that crash recovery may still need (binlog checkpoint), so
-		// PURGE can lag behind FLUSH for a moment.
+	// The server keeps binlogs that crash recovery may still need (binlog checkpoint), so
+	// PURGE can lag behind FLUSH for a moment: purge until the first binlog left is last.
+	err = th.Until(20*time.Second, 50*time.Millisecond, func() error {
 		mustExec(t, c, fmt.Sprintf("PURGE BINARY LOGS TO '%s'", last))
-		rows, _ = m.Query("", "SHOW BINARY LOGS")
-		if rows[0][0] == last {
-			return last
+		rows, err := m.Query("", "SHOW BINARY LOGS")
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("binlogs not purged: %v", rows)
+		if rows[0][0] != last {
+			return fmt.Errorf("binlogs not purged to %s: %v", last, rows)
 		}
-		time.Sleep(200 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	return last
 }
 
 // TestPurgedBinlog: a position whose binlog was purged is refused without streaming
@@ -202,8 +206,22 @@ func TestKillServer(t *testing.T) {
 // blackhole is a TCP proxy whose existing connections can be made silent (data stops flowing,
 // sockets stay open), as in a network partition; new connections work normally.
 type blackhole struct {
-	ln     net.Listener
-	frozen atomic.Bool
+	ln       net.Listener
+	frozen   chan struct{} // closed by freeze
+	freezing sync.Once
+	ended    chan struct{} // closed at the test's cleanup: held connections close
+}
+
+// freeze makes the connections open now silent for the rest of the test.
+func (b *blackhole) freeze() { b.freezing.Do(func() { close(b.frozen) }) }
+
+func (b *blackhole) isFrozen() bool {
+	select {
+	case <-b.frozen:
+		return true
+	default:
+		return false
+	}
 }
 
 func newBlackhole(t *testing.T, target string) *blackhole {
@@ -211,8 +229,8 @@ func newBlackhole(t *testing.T, target string) *blackhole {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	b := &blackhole{ln: ln}
+	b := &blackhole{ln: ln, frozen: make(chan struct{}), ended: make(chan struct{})}
+	t.Cleanup(func() { ln.Close(); close(b.ended) })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -224,7 +242,7 @@ func newBlackhole(t *testing.T, target string) *blackhole {
 				c.Close()
 				continue
 			}
-			born := b.frozen.Load()
+			born := b.isFrozen()
 			pipe := func(dst, src net.Conn) {
 				buf := make([]byte, 32<<10)
 				for {
@@ -233,8 +251,11 @@ func newBlackhole(t *testing.T, target string) *blackhole {
 						dst.Close()
 						return
 					}
-					for b.frozen.Load() && !born {
-						time.Sleep(50 * time.Millisecond) // black-holed: hold the data
+					if !born && b.isFrozen() { // black-holed: hold the data until the test ends
+						<-b.ended
+						src.Close()
+						dst.Close()
+						return
 					}
 					if _, err := dst.Write(buf[:n]); err != nil {
 						src.Close()
@@ -267,7 +288,7 @@ func TestSilentConnection(t *testing.T) {
 	e1, e2 := newEvent("s1"), newEvent("s2")
 	mustExec(t, c, ins, e1.ID, e1.AggregateType, e1.AggregateID, e1.Type, e1.Payload)
 	expectRow(t, nextRows(t, s).Rows[0], outboxCols, map[string]string{"id": e1.ID})
-	proxy.frozen.Store(true)
+	proxy.freeze()
 	mustExec(t, c, ins, e2.ID, e2.AggregateType, e2.AggregateID, e2.Type, e2.Payload)
 	began := time.Now()
 	expectRow(t, nextRows(t, s).Rows[0], outboxCols, map[string]string{"id": e2.ID})
