@@ -33,8 +33,8 @@ func checkKafka(ctx context.Context, c *config.Config) []CheckResult {
 		if attempt > 0 && !sleepCtx(ctx, 200*time.Millisecond) {
 			break
 		}
-		if brokers, topics, err = adm.Cluster(); err == nil {
-			break
+		if brokers, topics, err = adm.Cluster(); err == nil || kc.ConnectHint(err) != "" {
+			break // reached, or refused for a reason that asking again does not change
 		}
 	}
 	if adm != nil {
