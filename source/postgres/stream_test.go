@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 	"github.com/outboxd/outboxd/source"
 	"github.com/outboxd/outboxd/source/postgres/pgoutputtest"
 )
@@ -222,7 +224,7 @@ func TestStreamFakeWakeups(t *testing.T) {
 
 	// A transaction nobody takes: the loop waits in the hand-off; a Confirm still wakes it.
 	f.write(t, appendOutboxTx(nil, testInsert(), 1, 0x200))
-	time.Sleep(50 * time.Millisecond)
+	harness.WaitBlocked(t, 2*time.Second, 0, "postgres.(*stream).handOff")
 	if err := s.Confirm(context.Background(), "0/180"); err != nil {
 		t.Fatal(err)
 	}
@@ -232,12 +234,13 @@ func TestStreamFakeWakeups(t *testing.T) {
 	}
 
 	// Close unblocks a Next waiting while the loop is blocked in a read.
-	errc := make(chan error, 1)
+	errc, next := make(chan error, 1), make(chan uint64, 1)
 	go func() {
+		next <- harness.GoroutineID()
 		_, err := s.Next(context.Background())
 		errc <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	harness.WaitBlocked(t, 2*time.Second, <-next, "postgres.(*Source).Next")
 	start := time.Now()
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -271,11 +274,18 @@ func TestStreamFakeStandbyAndPartialMessages(t *testing.T) {
 	b = appendOutboxTx(b, testInsert(), 2, 0x100)
 	prev := 0
 	for i, cut := range []int{3, len(b) / 3, len(b) / 2, len(b) - 1, len(b)} {
+		n0, _ := f.statusCount()
 		f.write(t, b[prev:cut])
 		prev = cut
-		time.Sleep(standby * 3 / 2) // a read deadline passes mid-message
+		if cut == len(b) {
+			break // the message is whole
+		}
+		// A read deadline passes mid-message: the next status update ends the wait during
+		// which the piece arrived (n0 was read just after a status update, none in flight).
+		f.waitStatus(t, 2*time.Second, "a read deadline mid-message", func(n int, _ pglogrepl.LSN) bool { return n > n0 })
 		if i == 2 {
 			_ = s.Confirm(context.Background(), "0/20") // and a wake
+			f.waitStatus(t, 2*time.Second, "status update after a Confirm mid-message", func(_ int, flush pglogrepl.LSN) bool { return flush == 0x20 })
 		}
 	}
 	// Nobody takes the transaction yet: status updates keep going out.
@@ -294,7 +304,7 @@ func TestStreamFakeStandbyAndPartialMessages(t *testing.T) {
 
 	// Close while the loop waits in a hand-off.
 	f.write(t, appendOutboxTx(nil, testInsert(), 1, 0x200))
-	time.Sleep(50 * time.Millisecond)
+	harness.WaitBlocked(t, 2*time.Second, 0, "postgres.(*stream).handOff")
 	start := time.Now()
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
