@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 	"github.com/outboxd/outboxd/source"
 )
 
@@ -76,20 +77,14 @@ func TestStreamChunkHandOff(t *testing.T) {
 	if got != "a-3 a-4 a-5 | a-6" || last.Position != "0/200" {
 		t.Fatalf("rest of the transaction: %q ending at %s, want \"a-3 a-4 a-5 | a-6\" at 0/200", got, last.Position)
 	}
-	waitFor(t, "handed-out position 0/200", func() bool { return s.ext.cov.handed.Load() == 0x200 })
+	// The loop records the handed-out position after Next took the chunk, before it reads on:
+	// once it waits to hand out the next transaction, the position is 0/200.
+	harness.WaitBlocked(t, 5*time.Second, 0, "postgres.(*stream).handOff")
+	if h := s.ext.cov.handed.Load(); h != 0x200 {
+		t.Fatalf("handed-out position %s after the transaction's last chunk, want 0/200", pglogrepl.LSN(h))
+	}
 	if got, last := takeTx(t, s); got != "b-0 b-1" || last.Position != "0/300" {
 		t.Fatalf("next transaction: %q at %s, want one chunk \"b-0 b-1\" at 0/300", got, last.Position)
-	}
-}
-
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 5s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
