@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 	"github.com/outboxd/outboxd/source"
 )
 
@@ -58,17 +60,18 @@ func TestSlotWatch(t *testing.T) {
 
 	waitStatus := func(want string) SlotStatus {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			st, ok := s.SlotStatus()
-			if ok && st.WALStatus == want {
-				return st
+		var st SlotStatus
+		err := harness.Until(30*time.Second, harness.Interval, func() error {
+			var ok bool
+			if st, ok = s.SlotStatus(); !ok || st.WALStatus != want {
+				return fmt.Errorf("slot status %+v (ok %v), want wal_status %s", st, ok, want)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("slot status %+v (ok %v), want wal_status %s; log:\n%s", st, ok, want, logs.String())
-			}
-			time.Sleep(50 * time.Millisecond)
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%v; log:\n%s", err, logs.String())
 		}
+		return st
 	}
 	st := waitStatus("reserved")
 	if st.RetainedBytes < 0 || st.RetainedBytes > 16<<20 {
@@ -121,7 +124,14 @@ func TestFatalErrorEndsNext(t *testing.T) {
 	open(t, s, "")
 	defer s.Close()
 	boom := errors.New("boom")
-	go func() { time.Sleep(200 * time.Millisecond); s.fail(boom) }()
+	// Fail once this goroutine waits in Next: the error must end a Next that is blocked.
+	me := harness.GoroutineID()
+	go func() {
+		for deadline := time.Now().Add(10 * time.Second); !harness.Blocked(me, "postgres.(*Source).Next") && time.Now().Before(deadline); {
+			time.Sleep(harness.BlockedInterval)
+		}
+		s.fail(boom)
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for {
