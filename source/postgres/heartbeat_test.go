@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 	"github.com/outboxd/outboxd/source/postgres/pgoutputtest"
 )
 
@@ -149,24 +150,22 @@ func TestHeartbeatsAdvanceSlotOnOtherDatabaseWrites(t *testing.T) {
 		if i%10 == 9 {
 			other.Exec(ctx, "CHECKPOINT") // logs running_xacts, which lets restart_lsn move
 		}
-		time.Sleep(50 * time.Millisecond)
+		harness.Hold(50*time.Millisecond, "pace the writer: the WAL grows over ~2 s while heartbeats and keepalives go on")
 	}
 	written := int64(walLSN() - start)
 	if written < 16<<20 {
 		t.Fatalf("the test wrote only %d bytes of WAL", written)
 	}
 	const small = 8 << 20
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		other.Exec(ctx, "CHECKPOINT")
-		time.Sleep(500 * time.Millisecond)
-		if retained("hb") < small && retained("keepalive") < small {
-			break
+	err = harness.Until(30*time.Second, 100*time.Millisecond, func() error {
+		other.Exec(ctx, "CHECKPOINT") // a running_xacts record the slots can move their restart_lsn to
+		if hb, ka := retained("hb"), retained("keepalive"); hb >= small || ka >= small {
+			return fmt.Errorf("slot hb retains %d bytes, keepalive %d, after %d bytes written to another database; want < %d", hb, ka, written, small)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("slot hb retains %d bytes, keepalive %d, after %d bytes written to another database; want < %d",
-				retained("hb"), retained("keepalive"), written, small)
-		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	sent, seen := slots[0].src.Heartbeats()
 	t.Logf("wrote %d bytes of WAL to another database; retained: hb %d (heartbeats sent %d, seen %d), none %d, keepalive %d",
@@ -195,8 +194,9 @@ func TestHeartbeatsAdvanceSlotOnOtherDatabaseWrites(t *testing.T) {
 // outbox change.
 func TestHeartbeatNotWhileBusy(t *testing.T) {
 	dsn, conn := testDB(t, "hbbusy")
+	const iv = 700 * time.Millisecond
 	s := New(Config{DSN: dsn, Tables: []string{"public.outbox"}, Slot: "hbbusy", Publication: "hbbusy",
-		StandbyTimeout: testStandby, HeartbeatInterval: 700 * time.Millisecond}, testLog())
+		StandbyTimeout: testStandby, HeartbeatInterval: iv}, testLog())
 	if err := s.Open(context.Background(), ""); err != nil {
 		t.Fatal(err)
 	}
@@ -204,15 +204,26 @@ func TestHeartbeatNotWhileBusy(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	go consume(ctx, s)
+	busy := time.Now()
 	for i := 0; i < 20; i++ { // an outbox change every 100ms for 2s
 		exec(t, conn, `INSERT INTO outbox (id, aggregatetype, aggregateid, payload) VALUES (gen_random_uuid(), 'a', 'b', '{}')`)
-		time.Sleep(100 * time.Millisecond)
+		harness.Hold(100*time.Millisecond, "an outbox change every 100 ms keeps the outbox busy")
+	}
+	// The heartbeat loop had its chance: the outbox was busy for more than two intervals, so a
+	// loop that ignored the changes would have sent one by now.
+	if d := time.Since(busy); d < 2*iv {
+		t.Fatalf("the busy phase lasted %v, less than two heartbeat intervals (%v): the test cannot tell", d, iv)
 	}
 	if sent, _ := s.Heartbeats(); sent != 0 {
 		t.Fatalf("%d heartbeats sent while the outbox was busy", sent)
 	}
-	time.Sleep(2 * time.Second)
-	if sent, seen := s.Heartbeats(); sent == 0 || seen == 0 {
-		t.Fatalf("idle for 2s with a 700ms interval: sent %d, seen %d heartbeats", sent, seen)
+	err := harness.Until(2*time.Second, harness.Interval, func() error {
+		if sent, seen := s.Heartbeats(); sent == 0 || seen == 0 {
+			return fmt.Errorf("idle with a %v interval: sent %d, seen %d heartbeats", iv, sent, seen)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
