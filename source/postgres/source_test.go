@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 	"github.com/outboxd/outboxd/source"
 	"github.com/outboxd/outboxd/source/sourcetest"
 )
@@ -186,17 +188,16 @@ func TestConformance(t *testing.T) {
 // dropSlot drops slot, waiting for the walsender of a closed source to release it.
 func dropSlot(t *testing.T, conn *pgx.Conn, slot string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	err := harness.Until(30*time.Second, harness.Interval, func() error {
 		var dropped bool
 		err := conn.QueryRow(context.Background(), `SELECT count(pg_drop_replication_slot(slot_name)) = 1 FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, slot).Scan(&dropped)
-		if err == nil && dropped {
-			return
+		if err == nil && !dropped {
+			err = errors.New("still active after its source closed")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("drop slot %s: still active 30s after its source closed (%v)", slot, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("drop slot %s: %v", slot, err)
 	}
 }
 
@@ -269,19 +270,45 @@ func slotConfirmed(t *testing.T, conn *pgx.Conn, slot string) source.Position {
 
 func waitConfirmed(t *testing.T, conn *pgx.Conn, slot string, want source.Position) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	err := harness.Until(10*time.Second, harness.Interval, func() error {
 		got := slotConfirmed(t, conn, slot)
-		if got == want {
-			return
-		}
 		if CompareLSN(got, want) > 0 {
-			t.Fatalf("confirmed_flush_lsn %s went beyond the confirmed position %s", got, want)
+			return harness.Final(fmt.Errorf("confirmed_flush_lsn %s went beyond the confirmed position %s", got, want))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("confirmed_flush_lsn %s, want %s", got, want)
+		if got != want {
+			return fmt.Errorf("confirmed_flush_lsn %s, want %s", got, want)
 		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitReplies waits until the walsender streaming slot has received n more standby status
+// updates (pg_stat_replication.reply_time, the update's send time, moved n times). The
+// walsender handles one message at a time and records reply_time before it applies the
+// update's flush position to the slot, so after n ≥ 2 moves the updates before the last one
+// have been applied: the server has had the chance to move the slot on them.
+func waitReplies(t *testing.T, conn *pgx.Conn, slot string, n int) {
+	t.Helper()
+	moves, last := -1, ""
+	err := harness.Until(10*time.Second, harness.Interval, func() error {
+		var rt string
+		if err := conn.QueryRow(context.Background(), `SELECT coalesce(r.reply_time::text, '') FROM pg_stat_replication r
+			JOIN pg_replication_slots s ON s.active_pid = r.pid WHERE s.slot_name = $1`, slot).Scan(&rt); err != nil {
+			return fmt.Errorf("walsender of slot %s: %w", slot, err)
+		}
+		if rt != last {
+			moves, last = moves+1, rt
+		}
+		if moves < n {
+			return fmt.Errorf("walsender of slot %s: reply_time moved %d times, want %d", slot, moves, n)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -308,7 +335,7 @@ func TestConfirmNeverBeyondConfirmed(t *testing.T) {
 		exec(t, conn, `INSERT INTO public.other (note) SELECT 'x' FROM generate_series(1, 1000)`)
 	}
 	nextRows(t, s)
-	time.Sleep(4 * testStandby)
+	waitReplies(t, conn, "confirm", 2) // sent after the stream read the later transactions
 	if got := slotConfirmed(t, conn, "confirm"); got != pos[0] {
 		t.Fatalf("confirmed_flush_lsn %s, want %s (only the first transaction was confirmed)", got, pos[0])
 	}
@@ -353,7 +380,7 @@ func TestIdleOutboxBusyDatabase(t *testing.T) {
 	start := time.Now()
 	for time.Since(start) < 4*time.Second { // about 6 MB/s of WAL
 		exec(t, conn, `INSERT INTO public.other (note) SELECT repeat('x', 500) FROM generate_series(1, 200)`)
-		time.Sleep(20 * time.Millisecond)
+		harness.Hold(20*time.Millisecond, "pace the writer: about 6 MB/s of WAL")
 		if time.Since(start) > time.Second {
 			maxRetained = max(maxRetained, retained())
 		}
@@ -385,7 +412,29 @@ func TestStalledPipelineKeepsConnection(t *testing.T) {
 		exec(t, conn, `INSERT INTO public.outbox (id) VALUES (gen_random_uuid())`)
 	}
 	first := nextRows(t, s)
-	time.Sleep(3 * time.Second) // the stream holds the second transaction, reads nothing
+	// The pipeline stalls: the stream holds the second transaction and reads nothing. A server
+	// that hears nothing for wal_sender_timeout ends the connection; the stall lasts until the
+	// same walsender received a status update sent 2 s (twice the timeout) into it.
+	ctx := context.Background()
+	var pid int
+	var stalled time.Time
+	if err := conn.QueryRow(ctx, `SELECT active_pid, clock_timestamp() FROM pg_replication_slots WHERE slot_name = 'stalled'`).Scan(&pid, &stalled); err != nil {
+		t.Fatal(err)
+	}
+	err := harness.Until(20*time.Second, harness.Interval, func() error {
+		var past bool
+		err := conn.QueryRow(ctx, `SELECT coalesce(reply_time >= $2::timestamptz + interval '2 s', false) FROM pg_stat_replication WHERE pid = $1`, pid, stalled).Scan(&past)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return harness.Final(fmt.Errorf("walsender %d ended during the stall (wal_sender_timeout 1s): the stream sent no status updates", pid))
+		}
+		if err == nil && !past {
+			err = errors.New("no status update sent 2 s into the stall yet")
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	second, third := nextRows(t, s), nextRows(t, s)
 	if CompareLSN(first.Position, second.Position) >= 0 || CompareLSN(second.Position, third.Position) >= 0 {
 		t.Errorf("positions out of order: %s %s %s", first.Position, second.Position, third.Position)
