@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -119,9 +120,18 @@ func clusterAdmin(t *testing.T, addr string) sarama.ClusterAdmin {
 
 func topicConfig(t *testing.T, a sarama.ClusterAdmin, topic, key string) string {
 	t.Helper()
-	entries, err := a.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: topic, ConfigNames: []string{key}})
+	var entries []sarama.ConfigEntry
+	// A topic created a moment ago may not be in the answering broker's metadata yet (seen on
+	// Apache Kafka under load: UNKNOWN_TOPIC_OR_PARTITION right after CreateTopic).
+	err := harness.Until(30*time.Second, 100*time.Millisecond, func() (err error) {
+		entries, err = a.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: topic, ConfigNames: []string{key}})
+		if err != nil && !errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+			return harness.Final(err)
+		}
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("describe config %s of topic %s: %v", key, topic, err)
 	}
 	for _, e := range entries {
 		if e.Name == key {
