@@ -42,8 +42,7 @@ func TestStartRaisesGOGCForASmallLiveHeap(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		runtime.GC()
-		time.Sleep(10 * time.Millisecond) // the finalizer goroutine runs after the cycle
+		gcAndFinalize(t) // the tuner has seen this cycle
 		// SetGCPercent returns the previous value; put it back at once.
 		cur := debug.SetGCPercent(-1)
 		debug.SetGCPercent(cur)
@@ -58,10 +57,36 @@ func TestStartRaisesGOGCForASmallLiveHeap(t *testing.T) {
 	if cur := debug.SetGCPercent(100); cur != 100 {
 		t.Fatalf("stop left GOGC at %d, want 100", cur)
 	}
-	runtime.GC()
-	time.Sleep(10 * time.Millisecond)
+	gcAndFinalize(t) // the tuner's armed sentinel was collected and its finalizer ran
 	if cur := debug.SetGCPercent(100); cur != 100 {
 		t.Fatalf("tuner changed GOGC to %d after stop", cur)
+	}
+}
+
+// probe is a finalizer's object that is not tiny-allocated (it holds a pointer), so its
+// finalizer runs.
+type probe struct{ ran chan struct{} }
+
+// gcAndFinalize runs a GC cycle and returns once every finalizer that cycle queued (the
+// tuner's sentinel's among them) has run, so a test knows the tuner had its chance to act.
+// A single goroutine runs all finalizers, sequentially (runtime.SetFinalizer), taking what is
+// queued in batches; a probe collected in the cycle proves its batch was taken but not that
+// the sentinel ran (same batch, any order; or a later batch). So it runs rounds, each a
+// collection with a probe, each starting once the previous probe ran: the sentinel's batch was
+// queued before round 1, is at the latest the batch of round 2's probe, and round 3's probe,
+// queued once that batch was taken, runs after the whole of it.
+func gcAndFinalize(t *testing.T) {
+	t.Helper()
+	for range 3 {
+		p := &probe{ran: make(chan struct{})}
+		ran := p.ran
+		runtime.SetFinalizer(p, func(p *probe) { close(p.ran) })
+		runtime.GC()
+		select {
+		case <-ran:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a finalizer did not run within 10s of the GC cycle that collected its object")
+		}
 	}
 }
 
