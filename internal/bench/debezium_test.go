@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 func TestParseProcStat(t *testing.T) {
@@ -87,12 +90,14 @@ func TestTreeWatchCountsAChild(t *testing.T) {
 		}
 		return s.cpu()
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for childCPU() < 200*time.Millisecond {
-		if time.Now().After(deadline) {
-			t.Fatal("the busy child used < 200ms CPU in 30 s")
+	err := harness.Until(30*time.Second, 20*time.Millisecond, func() error {
+		if c := childCPU(); c < 200*time.Millisecond {
+			return fmt.Errorf("the busy child used %v CPU, want 200ms", c)
 		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	w := &treeWatch{root: os.Getpid(), rescan: time.Hour}
 	if !w.sample() {
