@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -105,17 +106,19 @@ func TestFeedBackpressure(t *testing.T) {
 			waitReader := func(base uint64) {
 				t.Helper()
 				id := <-reader
-				deadline := time.Now().Add(10 * time.Second)
-				for !th.Blocked(id, "mysql.(*eventFeed).flush") {
+				err := th.Until(10*time.Second, th.BlockedInterval, func() error {
 					select {
 					case err := <-done:
-						t.Fatalf("the reader did not wait with a full queue (%v)", err)
+						return th.Final(fmt.Errorf("the reader did not wait with a full queue (%v)", err))
 					default:
 					}
-					if time.Now().After(deadline) {
-						t.Fatal("the reader neither waited for space nor finished within 10s")
+					if !th.Blocked(id, "mysql.(*eventFeed).flush") {
+						return errors.New("the reader neither waits for space nor finished")
 					}
-					time.Sleep(th.BlockedInterval)
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
 				}
 				if n := f.live.events.Load() - base; n != uint64(tc.n) {
 					t.Fatalf("the reader waits after %d events, want after the %d that fill the queue", n, tc.n)
