@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/source"
 	"github.com/outboxd/outboxd/transform/outbox"
@@ -166,13 +167,7 @@ func settle(d time.Duration) {
 // waitFor polls cond (on the bubble's fake clock, so the pipeline's timers run meanwhile).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	harness.WaitFor(t, 5*time.Second, what, cond)
 }
 
 // The stored and confirmed positions never pass a transaction with an unacked record, whatever

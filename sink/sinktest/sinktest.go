@@ -9,13 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 	"github.com/outboxd/outboxd/sink"
 )
 
@@ -137,15 +136,8 @@ func (tl *tally) check(t *testing.T, delivered bool) {
 	}
 }
 
-// goid is the calling goroutine's id (from its stack header "goroutine N [").
-func goid() uint64 {
-	var b [64]byte
-	s := string(b[:runtime.Stack(b[:], false)])
-	s = strings.TrimPrefix(s, "goroutine ")
-	s, _, _ = strings.Cut(s, " ")
-	n, _ := strconv.ParseUint(s, 10, 64)
-	return n
-}
+// goid is the calling goroutine's id.
+func goid() uint64 { return harness.GoroutineID() }
 
 func newProducer(t *testing.T, h Harness) Producer {
 	p := h.New(t)

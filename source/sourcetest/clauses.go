@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 	"github.com/outboxd/outboxd/source"
 )
 
@@ -173,11 +172,9 @@ func testCloseUnblocksNext(t *testing.T, h Harness, _ string) {
 	ev := NewEvent("closing")
 	h.Insert(t, ev)
 	p := r.expect(ev).Position // the stream runs
-	errc := make(chan error, 1)
-	go closeReader(r.s, errc)
-	if err := waitBlocked("sourcetest.closeReader(", 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	errc, id := make(chan error, 1), make(chan uint64, 1)
+	go closeReader(r.s, id, errc)
+	harness.WaitBlocked(t, 30*time.Second, <-id, "sourcetest.closeReader") // parked in Next: nothing is pending
 	start := time.Now()
 	if err := r.s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -201,9 +198,11 @@ func testCloseUnblocksNext(t *testing.T, h Harness, _ string) {
 	}
 }
 
-// closeReader calls Next until it fails and reports the error (rows are a failure: nothing is
-// pending). Its name is what waitBlocked looks for.
-func closeReader(s source.Source, errc chan<- error) {
+// closeReader sends its goroutine id, then calls Next until it fails and reports the error
+// (rows are a failure: nothing is pending). It calls nothing but Next that could block, so
+// parked with closeReader on its stack means parked in Next.
+func closeReader(s source.Source, id chan<- uint64, errc chan<- error) {
+	id <- harness.GoroutineID()
 	for {
 		tx, err := s.Next(context.Background())
 		if err != nil {
@@ -214,30 +213,6 @@ func closeReader(s source.Source, errc chan<- error) {
 			errc <- fmt.Errorf("Next handed out %d rows, but nothing was pending", len(tx.Rows))
 			return
 		}
-	}
-}
-
-// waitBlocked waits until a goroutine running fn is parked inside the source's Next (any state
-// but running or runnable, with a frame below fn), so Close provably meets a blocked Next.
-func waitBlocked(fn string, wait time.Duration) error {
-	deadline := time.Now().Add(wait)
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
-			head, _, _ := strings.Cut(g, "\n")
-			i := strings.Index(g, fn)
-			if i < 0 || strings.Contains(head, "[running") || strings.Contains(head, "[runnable") {
-				continue
-			}
-			if strings.Contains(g[:i], ".Next(") {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no goroutine blocked in Next within %v", wait)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 // The goroutine check. goleak and runtime.NumGoroutine count every goroutine of the process,
@@ -78,15 +80,14 @@ func checkNoLeak(t testing.TB, wait time.Duration) string {
 
 // waitNoGoroutines waits until no goroutine but the caller carries label l, or fails after wait.
 func waitNoGoroutines(l string, wait time.Duration) error {
-	deadline := time.Now().Add(wait)
-	for {
-		n, stacks := labelled(l)
-		if n == 0 {
-			return nil
+	err := harness.Until(wait, 20*time.Millisecond, func() error {
+		if n, stacks := labelled(l); n != 0 {
+			return fmt.Errorf("%d goroutine(s) the source started are still running after Close (a leak):\n%s", n, stacks)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d goroutine(s) the source started are still running %v after Close (a leak):\n%s", n, wait, stacks)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("after %v: %w", wait, err)
 	}
+	return nil
 }

@@ -33,20 +33,3 @@ func TestLeakCheckSeesLabelledGoroutines(t *testing.T) {
 		t.Fatalf("goroutines that ended are still reported: %v", err)
 	}
 }
-
-// waitBlocked finds a goroutine parked inside Next below the named function, and only then.
-func TestWaitBlockedSeesAParkedNext(t *testing.T) {
-	if err := waitBlocked("sourcetest.closeReader(", 50*time.Millisecond); err == nil {
-		t.Fatal("waitBlocked succeeded with no reader running")
-	}
-	s := &parkedSource{next: make(chan struct{})}
-	errc := make(chan error, 1)
-	go closeReader(s, errc)
-	if err := waitBlocked("sourcetest.closeReader(", 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	close(s.next)
-	if err := <-errc; err == nil || !strings.Contains(err.Error(), "closed") {
-		t.Fatalf("closeReader: %v", err)
-	}
-}
