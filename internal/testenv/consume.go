@@ -137,6 +137,34 @@ func ReadAll(t testing.TB, addrs []string, pattern string) []*kgo.Record {
 	return out
 }
 
+// Delivered is how far the topics matching pattern have come for a read_committed reader: the
+// sum over their partitions of last stable offset minus log start (records and transaction
+// markers), without reading a record. It only grows while something delivers: a cheap progress
+// meter to wait on. It fails the test when the broker does not answer within 30 s.
+func Delivered(t testing.TB, addr, pattern string) int64 {
+	t.Helper()
+	re, err := regexp.Compile(pattern)
+	if err != nil {
+		t.Fatalf("Delivered: pattern %q: %v", pattern, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var ends map[string]map[int32]partEnd
+	if err := harness.Until(30*time.Second, 100*time.Millisecond, func() (err error) {
+		ends, err = stableEnds(ctx, []string{addr}, re)
+		return err
+	}); err != nil {
+		t.Fatalf("Delivered %s at %s: %v", pattern, addr, err)
+	}
+	var n int64
+	for _, ps := range ends {
+		for _, e := range ps {
+			n += e.end - e.start
+		}
+	}
+	return n
+}
+
 // partEnd is one partition's log start and last stable offset.
 type partEnd struct {
 	start, end int64

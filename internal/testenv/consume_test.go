@@ -62,6 +62,18 @@ func TestConsumeAll(t *testing.T) {
 	if took > 5*time.Second {
 		t.Fatalf("ConsumeAll took %v: it must stop at the end, not wait out a timeout", took)
 	}
+	// Delivered counts records and markers: ev.a 5 records; ev.b 9 records (6 committed, 3
+	// aborted) and one marker per transaction and partition it wrote to (3 to 9).
+	n := Delivered(t, b.Addr(), `^ev\.`)
+	if n < 5+9+3 || n > 5+9+9 {
+		t.Fatalf("Delivered = %d, want 17..23", n)
+	}
+	if err := plain.ProduceSync(ctx, rec("ev.a", "p5")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if m := Delivered(t, b.Addr(), `^ev\.`); m != n+1 {
+		t.Fatalf("Delivered after one more record = %d, want %d", m, n+1)
+	}
 	if n := len(ConsumeAll(t, b.Addr(), `^none$`)); n != 0 {
 		t.Fatalf("no matching topic: %d records", n)
 	}
