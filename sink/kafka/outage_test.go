@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
 // The broker goes away for 3 s while records flow, and comes back on the same port with its
@@ -29,24 +32,34 @@ func TestBrokerRestartKeepsOrder(t *testing.T) {
 
 	var produced atomic.Int64
 	prodErr := make(chan error, 1)
+	const first = n / 8 // produced before the outage starts
+	flowing := make(chan struct{})
 	go func() {
 		for i := range n {
 			if err := p.Produce(context.Background(), seqRecord(topic, i, keys), o.done(i)); err != nil {
 				prodErr <- err
 				return
 			}
-			produced.Add(1)
+			if produced.Add(1) == first {
+				close(flowing)
+			}
 			if i%6 == 0 {
-				time.Sleep(time.Millisecond) // spread production over the outage
+				harness.Hold(time.Millisecond, "pace the producer: spread the records over the outage")
 			}
 		}
 		prodErr <- nil
 	}()
 
-	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-flowing:
+	case err := <-prodErr:
+		t.Fatalf("production ended before %d records: %v", first, err)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%d records not produced within 20s", first)
+	}
 	before := produced.Load()
 	b.Stop()
-	time.Sleep(3 * time.Second)
+	harness.Hold(3*time.Second, "the broker outage")
 	during := produced.Load() - before
 	if err := b.Start(); err != nil {
 		t.Fatal(err)
@@ -101,13 +114,31 @@ func TestBackpressureAndCloseWaits(t *testing.T) {
 		t.Fatalf("Produce at the in-flight cap returned %v after %v, want DeadlineExceeded after ~300ms", err, time.Since(start))
 	}
 
+	// Close gets its chance to return: it is parked in Shutdown's wait for the records.
 	closed := make(chan error, 1)
-	go func() { closed <- p.Close() }()
-	time.Sleep(500 * time.Millisecond)
-	select {
-	case err := <-closed:
-		t.Fatalf("Close returned %v with records outstanding", err)
-	default:
+	closer := make(chan uint64, 1)
+	go func() {
+		closer <- harness.GoroutineID()
+		closed <- p.Close()
+	}()
+	id := <-closer
+	if err := harness.Until(10*time.Second, harness.BlockedInterval, func() error {
+		select {
+		case err := <-closed:
+			return harness.Final(fmt.Errorf("Close returned %v with records outstanding", err))
+		default:
+		}
+		if !harness.Blocked(id, "kafka.(*Producer).Shutdown") {
+			return errors.New("Close is not waiting in Shutdown")
+		}
+		select {
+		case <-p.drained: // Shutdown parks here too after the drain, waiting for sarama
+			return harness.Final(errors.New("Shutdown took the producer for drained with 10 records outstanding"))
+		default:
+		}
+		return nil // parked in Shutdown's wait for the drain
+	}); err != nil {
+		t.Fatal(err)
 	}
 	if err := p.Produce(context.Background(), seqRecord(topic, 11, 3), func(error) {}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Produce during Close = %v, want ErrClosed", err)
@@ -170,7 +201,14 @@ func TestShutdownTimeoutAborts(t *testing.T) {
 	if len(o.failures()) != n {
 		t.Fatalf("%d of %d records aborted", len(o.failures()), n)
 	}
-	time.Sleep(200 * time.Millisecond) // late sarama results must not call done again
+	// Late sarama results must not call done again (o.done fails the test on a second call).
+	// Every done runs on the result goroutine, which ends once sarama has returned every
+	// record it held: after that, no late result is left to call one.
+	select {
+	case <-p.resultDone:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the result goroutine did not end within 20s of the aborted shutdown: sarama still holds records")
+	}
 }
 
 // Errors sarama does not retry itself but Classify calls transient (here UNKNOWN_SERVER_ERROR
@@ -191,7 +229,7 @@ func TestEscapedTransientErrorsAreResent(t *testing.T) {
 					t.Fatal(err)
 				}
 				if i%100 == 0 {
-					time.Sleep(time.Millisecond)
+					harness.Hold(time.Millisecond, "pace: many produce requests, so others are inside sarama behind the faulted one")
 				}
 			}
 			o.wait(t, 30*time.Second)
