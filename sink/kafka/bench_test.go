@@ -36,21 +36,30 @@ func BenchmarkProduce(b *testing.B) {
 		recs[i] = sink.Record{Topic: topic, Key: keys[i%len(keys)], Value: value, Headers: hdrs}
 	}
 
+	// warm up: create the topic, fetch metadata
+	warm := make(chan error, 1)
+	if err := p.Produce(context.Background(), &recs[0], func(err error) { warm <- err }); err != nil {
+		b.Fatal(err)
+	}
+	select {
+	case err := <-warm:
+		if err != nil {
+			b.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		b.Fatal("the warm-up record was not acked within 30s")
+	}
+
 	var acked, failed atomic.Int64
+	all := make(chan struct{}) // closed by the b.N-th done
 	done := func(err error) {
 		if err != nil {
 			failed.Add(1)
 		}
-		acked.Add(1)
+		if acked.Add(1) == int64(b.N) {
+			close(all)
+		}
 	}
-	// warm up: create the topic, fetch metadata
-	if err := p.Produce(context.Background(), &recs[0], done); err != nil {
-		b.Fatal(err)
-	}
-	for acked.Load() < 1 {
-		time.Sleep(time.Millisecond)
-	}
-	acked.Store(0)
 
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -60,8 +69,10 @@ func BenchmarkProduce(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	for acked.Load() < int64(b.N) {
-		time.Sleep(100 * time.Microsecond)
+	select {
+	case <-all:
+	case <-time.After(time.Minute):
+		b.Fatalf("%d of %d records acked within a minute", acked.Load(), b.N)
 	}
 	b.StopTimer()
 	if failed.Load() > 0 {
