@@ -6,7 +6,7 @@ import (
 	"github.com/outboxd/outboxd/source"
 )
 
-// Dead-letter header names (README.md, "Dead letters"; every dead letter carries the first seven).
+// Dead-letter header names (README.md, "What goes to the DLQ"; every dead letter carries the first seven).
 const (
 	HeaderReason         = "outboxd.error.reason"
 	HeaderMessage        = "outboxd.error.message"

@@ -11,7 +11,7 @@ import (
 	"github.com/outboxd/outboxd/sink/kafka"
 )
 
-// pollPG is the baseline: the polling relay of the seeds (../shared/seeds), done as well as that
+// pollPG is the baseline: a polling relay (the design outboxd replaces), done as well as that
 // design allows. Each worker loops: BEGIN; SELECT the oldest PollBatch unsent rows FOR UPDATE
 // SKIP LOCKED; produce them all with a sarama SyncProducer (the same durable settings as outboxd:
 // idempotent, acks=all, lz4, Java partitioner) and wait for the acks; UPDATE ... SET sent_at for

@@ -18,7 +18,7 @@ import (
 )
 
 // Config is the whole configuration file. Field tags are the YAML keys of the contract
-// (../shared/spec/interface.md); README's configuration reference is checked against them.
+// (README.md, "Configuration"); README's key table is checked against them (reference_test.go).
 type Config struct {
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	Source          Source        `yaml:"source"`

@@ -1,7 +1,7 @@
 // Package dlqtool reads and replays outboxd's dead-letter topic (kafka.dlq_topic): the logic of
 // `outboxd dlq tail` and `outboxd dlq replay`.
 //
-// Dead-letter records are described in ../shared/spec/interface.md ("Dead-letter records") and
+// Dead-letter records are described in README.md ("What goes to the DLQ") and
 // built by sink.DeadLetter. Reading uses sink/kafka's Reader (sarama's consumer, read_committed, from the
 // beginning of every partition); replaying uses the pipeline's own durable producer
 // (sink/kafka.New: idempotent, acks=all).

@@ -49,11 +49,10 @@ const (
 // Config configures a Producer. Zero values of optional fields mean "use the default". Error
 // messages name the setting by its outboxd YAML key (kafka.brokers, kafka.compression, ...).
 //
-// Exactly-once delivery (kafka.delivery: exactly_once) is not built yet. It will add a
-// transactional id here, set sarama's Producer.Transaction.ID in SaramaConfig, wrap each source
-// transaction in BeginTxn/CommitTxn with the stored position written inside the transaction,
-// and replace the in-order re-submission of recovery.go with "abort the transaction and replay
-// from the stored position".
+// Exactly-once delivery (kafka.delivery: exactly_once) uses the same Config with TxnOptions
+// (txn.go: NewTxn, TxnSaramaConfig): a transactional id, one Kafka transaction per batch with the
+// stored position inside it, and "abort and replay from the stored position" where the
+// at_least_once Producer re-submits in order (recovery.go).
 type Config struct {
 	Brokers     []string    // kafka.brokers: bootstrap host:port list, at least one
 	ClientID    string      // kafka.client_id; default "outboxd"
@@ -62,7 +61,7 @@ type Config struct {
 	SASL        *SASLConfig // kafka.sasl; nil = no authentication
 
 	// MaxInflightRecords bounds records queued but not yet acked (or failed); Produce blocks
-	// while this many are outstanding. Default 10000.
+	// while this many are outstanding. Default DefaultMaxInflightRecords (4096).
 	MaxInflightRecords int
 	// Linger is how long a broker's batch may wait for more records before it is sent
 	// (sarama Producer.Flush.Frequency). Default 5ms.

@@ -3,8 +3,8 @@ package mysql
 // Is a start position one of this server's binlog? A GTID position alone cannot say: after
 // RESET MASTER (or on a server restored from a backup) the sequence numbers start again, and a
 // stored "0-1-5" names another transaction once the server has written five more; streaming
-// from it silently skips those. Observed on MariaDB 10.11 (see
-// /work/notes/mysql-positions.md): RESET MASTER leaves @@server_id alone, deletes every binlog
+// from it silently skips those. Observed on MariaDB 10.11 (and
+// asserted by the RESET MASTER e2e tests, test/e2e/mysql_positions_e2e_test.go): RESET MASTER leaves @@server_id alone, deletes every binlog
 // and starts again at mysql-bin.000001 (whose Gtid_list is empty), and empties
 // gtid_binlog_state and gtid_binlog_pos; the next transaction is 0-1-1.
 //
