@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/backoff"
 	"github.com/outboxd/outboxd/internal/config"
 	"github.com/outboxd/outboxd/sink/kafka"
 )
@@ -30,7 +31,7 @@ func checkKafka(ctx context.Context, c *config.Config) []CheckResult {
 	var brokers int
 	var topics []string
 	for attempt := 0; err == nil && attempt < 3; attempt++ {
-		if attempt > 0 && !sleepCtx(ctx, 200*time.Millisecond) {
+		if attempt > 0 && backoff.Wait(ctx, 200*time.Millisecond) != nil {
 			break
 		}
 		if brokers, topics, err = adm.Cluster(); err == nil || kc.ConnectHint(err) != "" {
@@ -64,16 +65,4 @@ func checkKafka(ctx context.Context, c *config.Config) []CheckResult {
 	}
 	return append(out, CheckResult{Name: "dlq topic " + c.Kafka.DLQTopic, Reason: "absent and cannot be created: " + err.Error(),
 		Fix: "create the topic (kafka-topics.sh --create --topic " + c.Kafka.DLQTopic + ") or grant CREATE"})
-}
-
-// sleepCtx waits d; false when ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -1,13 +1,27 @@
 // Package backoff is the capped exponential backoff every retry loop of outboxd uses: the
-// first delay is Min, each further one doubles it, and none exceeds Max. It is pure (no
-// clock, no sleeping): callers own time and decide when to wait, so loops that are driven
-// by an injected clock (the delivery core) stay deterministic.
+// first delay is Min, each further one doubles it, and none exceeds Max. Policy and Backoff
+// are pure (no clock, no sleeping): callers own time and decide when to wait, so loops that are
+// driven by an injected clock (the delivery core) stay deterministic. Wait is the one
+// cancellable wait the loops that do own real time use.
 package backoff
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
 )
+
+// Wait waits d, or until ctx ends: ctx.Err() then, nil after d.
+func Wait(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
 
 // Policy is a capped exponential backoff. Max caps every delay, Min included. A Min that
 // is not positive starts at Max.

@@ -1,8 +1,10 @@
 package backoff
 
 import (
+	"context"
 	"math"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -90,4 +92,19 @@ func TestJitterStaysInUpperHalf(t *testing.T) {
 	if Jitter(0) != 0 || Jitter(-time.Second) != -time.Second {
 		t.Fatal("Jitter of a non-positive delay must return it unchanged")
 	}
+}
+
+func TestWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		if err := Wait(context.Background(), 3*time.Second); err != nil || time.Since(start) != 3*time.Second {
+			t.Fatalf("Wait(3s) = %v after %v", err, time.Since(start))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		start = time.Now()
+		if err := Wait(ctx, time.Hour); err != context.DeadlineExceeded || time.Since(start) != time.Second {
+			t.Fatalf("Wait(1h) with a 1s context = %v after %v", err, time.Since(start))
+		}
+	})
 }

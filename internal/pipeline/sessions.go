@@ -124,7 +124,7 @@ func runSessions(ctx context.Context, newSource func() source.Source, onOpen fun
 			}
 			d := backoff.Jitter(retry.Next())
 			log.Warn("source unavailable, retrying", "err", err, "in", d)
-			if !sleep(ctx, d) {
+			if backoff.Wait(ctx, d) != nil {
 				return nil
 			}
 			continue
@@ -147,19 +147,8 @@ func runSessions(ctx context.Context, newSource func() source.Source, onOpen fun
 		}
 		d := backoff.Jitter(retry.Next())
 		log.Warn("source failed; "+drained+", reconnecting", "err", srcErr, "in", d, "position", string(pos()))
-		if !sleep(ctx, d) {
+		if backoff.Wait(ctx, d) != nil {
 			return nil
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

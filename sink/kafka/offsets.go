@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/backoff"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/source"
 )
@@ -94,7 +95,7 @@ func (s *OffsetStore) EnsureTopic(ctx context.Context) (int32, error) {
 	var lastErr error
 	for attempt := 0; attempt < 10; attempt++ {
 		if attempt > 0 {
-			if err := sleepCtx(ctx, time.Duration(attempt)*200*time.Millisecond); err != nil {
+			if err := backoff.Wait(ctx, time.Duration(attempt)*200*time.Millisecond); err != nil {
 				return 0, err
 			}
 		}
@@ -141,7 +142,7 @@ func (s *OffsetStore) Load(ctx context.Context) (source.Position, error) {
 	var lastErr error
 	for attempt := 0; attempt < 10; attempt++ {
 		if attempt > 0 {
-			if err := sleepCtx(ctx, time.Duration(attempt)*200*time.Millisecond); err != nil {
+			if err := backoff.Wait(ctx, time.Duration(attempt)*200*time.Millisecond); err != nil {
 				return "", err
 			}
 			_ = a.client.RefreshMetadata(s.Topic)
@@ -203,7 +204,7 @@ func (s *OffsetStore) read(ctx context.Context, a *Admin, part int32) (doc kafka
 			s.log().Info("offsets.topic has an open transaction: waiting for it to end before reading the position",
 				"topic", s.Topic, "partition", part, "last_stable_offset", end, "high_water_mark", hwm, "waited", waited)
 		}
-		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+		if err := backoff.Wait(ctx, 100*time.Millisecond); err != nil {
 			return doc, false, err
 		}
 		waited += 100 * time.Millisecond
@@ -286,15 +287,4 @@ func (s *OffsetStore) Close() error {
 		return a.Close()
 	}
 	return nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
