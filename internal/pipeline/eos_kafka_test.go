@@ -158,8 +158,9 @@ func (s *pacedSource) Next(ctx context.Context) (source.Tx, error) {
 func (s *pacedSource) Confirm(context.Context, source.Position) error { return nil }
 func (s *pacedSource) Close() error                                   { return nil }
 
-// TestEOSBrokerOutage stops the broker (state kept on disk) for a few seconds under load: the
-// runner aborts, backs off, re-initialises and carries on; every record arrives once.
+// TestEOSBrokerOutage stops the broker (state kept on disk) under load until the runner has
+// given up on its producer and asked for a new one (sarama's retries are bounded): the runner
+// aborts, backs off, re-initialises and carries on; every record arrives once.
 func TestEOSBrokerOutage(t *testing.T) {
 	port, _ := testenv.FreePort()
 	br := &testenv.Broker{Port: port, Dir: t.TempDir()}
@@ -174,9 +175,16 @@ func TestEOSBrokerOutage(t *testing.T) {
 	src := &pacedSource{n: n, interval: 2 * time.Millisecond}
 	rt, _ := outbox.New(outbox.DefaultConfig())
 	var commits atomic.Int64
+	tenCommits := make(chan struct{}) // closed by the 10th commit
+	var down atomic.Bool              // the broker is stopped
+	replaced := make(chan struct{})   // closed by the first NewProducer call during the outage
+	var replacedOnce sync.Once
 	o := EOSOptions{
 		NewSource: func() source.Source { return src },
 		NewProducer: func() (TxnProducer, error) {
+			if down.Load() {
+				replacedOnce.Do(func() { close(replaced) })
+			}
 			p, err := kafka.NewTxn(kc, kafka.TxnOptions{ID: "outboxd-pipe"}, nil)
 			if err != nil {
 				return nil, err
@@ -185,15 +193,31 @@ func TestEOSBrokerOutage(t *testing.T) {
 		},
 		Route: rt.Route, Classify: kafka.Classify, Fatal: kafka.TxnFatal, Fenced: kafka.IsFenced, Store: store, TransactionalID: "outboxd-pipe",
 		DLQTopic: "outboxd.dlq", RetryMin: 50 * time.Millisecond, RetryMax: 500 * time.Millisecond,
-		OnCommit: func(source.Position) { commits.Add(1) },
+		OnCommit: func(source.Position) {
+			if commits.Add(1) == 10 {
+				close(tenCommits)
+			}
+		},
 	}
-	const outage = 6 * time.Second // longer than sarama's bounded retries: the producer is replaced
+	outage := make(chan time.Duration, 1)
 	go func() {
-		for commits.Load() < 10 {
-			time.Sleep(10 * time.Millisecond)
+		defer close(outage)
+		select {
+		case <-tenCommits:
+		case <-time.After(60 * time.Second):
+			t.Error("10 commits not made within 60s")
+			return
 		}
 		br.Stop()
-		time.Sleep(outage)
+		down.Store(true)
+		stopped := time.Now()
+		select {
+		case <-replaced:
+		case <-time.After(60 * time.Second):
+			t.Error("the runner did not replace its producer within 60s of the broker stopping")
+		}
+		down.Store(false)
+		outage <- time.Since(stopped)
 		if err := br.Start(); err != nil {
 			t.Error(err)
 		}
@@ -202,8 +226,14 @@ func TestEOSBrokerOutage(t *testing.T) {
 	if err := runEOSFor(t, o, source.Position(fmt.Sprintf("%06d", n)), 90*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d records through a %v broker outage in %v, %d commits", n, outage, time.Since(start), commits.Load())
-	got := testenv.Consume(t, br.Addr(), `outbox\.event\.order`, n, 20*time.Second)
+	d, ok := <-outage
+	if !ok {
+		t.Fatal("the outage did not happen")
+	}
+	t.Logf("%d records through a %v broker outage in %v, %d commits", n, d.Round(time.Millisecond), time.Since(start), commits.Load())
+	// The whole topic up to its last stable offset (every record is committed): a duplicate
+	// anywhere in it is counted.
+	got := testenv.ConsumeAll(t, br.Addr(), `^outbox\.event\.order$`)
 	seen := map[string]int{}
 	for _, r := range got {
 		seen[r.Header("id")]++
