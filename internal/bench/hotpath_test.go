@@ -15,6 +15,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -182,15 +183,22 @@ func (s *fakeSource) Next(ctx context.Context) (source.Tx, error) {
 func (s *fakeSource) Confirm(context.Context, source.Position) error { return nil }
 func (s *fakeSource) Close() error                                   { return nil }
 
-// instantProducer acks every record from one goroutine, as sarama's result loop does.
+// instantProducer acks every record from one goroutine, as sarama's result loop does. It keeps
+// the producer contract (sink/sinktest, TestInstantProducerConforms): Produce after Close returns
+// errClosed, Close waits for every queued done. The read lock costs Produce two uncontended
+// atomic adds; only Close takes the write lock.
 type instantProducer struct {
-	ch   chan func(error)
-	once sync.Once
-	done chan struct{}
+	mu     sync.RWMutex // held for reading while a record is handed over; Close takes it to close ch
+	closed bool
+	ch     chan func(error)
+	done   chan struct{}
 }
 
-func newInstantProducer() *instantProducer {
-	p := &instantProducer{ch: make(chan func(error), 10000), done: make(chan struct{})}
+var errClosed = errors.New("instantProducer: closed")
+
+// newInstantProducer returns a producer that queues up to capacity records ahead of its acks.
+func newInstantProducer(capacity int) *instantProducer {
+	p := &instantProducer{ch: make(chan func(error), capacity), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		for d := range p.ch {
@@ -201,6 +209,11 @@ func newInstantProducer() *instantProducer {
 }
 
 func (p *instantProducer) Produce(ctx context.Context, rec *sink.Record, done func(error)) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return errClosed
+	}
 	select {
 	case p.ch <- done:
 		return nil
@@ -209,8 +222,15 @@ func (p *instantProducer) Produce(ctx context.Context, rec *sink.Record, done fu
 	}
 }
 
+// Close refuses further records and returns once every queued record was acked. A Produce
+// blocked on a full queue holds the read lock until the ack goroutine makes room.
 func (p *instantProducer) Close() error {
-	p.once.Do(func() { close(p.ch) })
+	p.mu.Lock()
+	if !p.closed {
+		p.closed = true
+		close(p.ch)
+	}
+	p.mu.Unlock()
 	<-p.done
 	return nil
 }
@@ -240,7 +260,7 @@ func BenchmarkPipelineLoop(b *testing.B) {
 	defer cancel()
 	src := &fakeSource{txs: txs}
 	opts := pipeline.Options{
-		NewSource: func() source.Source { return src }, Producer: newInstantProducer(), Route: router.Route,
+		NewSource: func() source.Source { return src }, Producer: newInstantProducer(10000), Route: router.Route,
 		Classify: kafka.Classify, Store: &memStore{}, DLQTopic: "dlq", CommitInterval: 100 * time.Millisecond,
 		Log: slog.New(slog.DiscardHandler), OnCommit: func(p source.Position) {
 			if p == last {
