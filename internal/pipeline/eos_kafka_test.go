@@ -80,7 +80,7 @@ func TestEOSAgainstKafka(t *testing.T) {
 	if src.from != "020" {
 		t.Fatalf("second run opened the source from %q", src.from)
 	}
-	got := testenv.Consume(t, b.Addr(), `outbox\.event\..*`, n, 10*time.Second)
+	got := testenv.ConsumeAll(t, b.Addr(), `^outbox\.event\.`)
 	seen := map[string]int{}
 	for _, r := range got {
 		seen[r.Header("id")]++
@@ -93,7 +93,7 @@ func TestEOSAgainstKafka(t *testing.T) {
 	if len(got) != n {
 		t.Errorf("%d records, want %d", len(got), n)
 	}
-	dlq := testenv.Consume(t, b.Addr(), `outboxd\.dlq`, 1, 5*time.Second)
+	dlq := testenv.ConsumeAll(t, b.Addr(), `^outboxd\.dlq$`)
 	if len(dlq) != 1 || dlq[0].Header("id") != "big" || dlq[0].Header(sink.HeaderReason) != "record_too_large" {
 		t.Fatalf("dead letters: %+v", dlq)
 	}
@@ -278,11 +278,11 @@ func TestEOSHugeRecordDeadLetterDropsValue(t *testing.T) {
 	if err := runEOS(t, o, "01"); err != nil {
 		t.Fatal(err)
 	}
-	dlq := testenv.Consume(t, b.Addr(), `outboxd\.dlq`, 1, 5*time.Second)
+	dlq := testenv.ConsumeAll(t, b.Addr(), `^outboxd\.dlq$`)
 	if len(dlq) != 1 || dlq[0].Value != nil || dlq[0].Header(sink.HeaderValueDropped) == "" || dlq[0].Header(sink.HeaderReason) != "record_too_large" {
 		t.Fatalf("dead letters %+v", dlq)
 	}
-	if got := testenv.Consume(t, b.Addr(), `outbox\.event\.order`, 2, 5*time.Second); len(got) != 2 {
+	if got := testenv.ConsumeAll(t, b.Addr(), `^outbox\.event\.order$`); len(got) != 2 {
 		t.Fatalf("%d records", len(got))
 	}
 }

@@ -182,7 +182,7 @@ func TestTxnLocalRefusal(t *testing.T) {
 	if err := p.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if got := testenv.Consume(t, b.Addr(), "txn.l", 1, 5*time.Second); len(got) != 1 {
+	if got := testenv.ConsumeAll(t, b.Addr(), `^txn\.l$`); len(got) != 1 {
 		t.Fatalf("%d records", len(got))
 	}
 }
@@ -221,7 +221,7 @@ func TestTxnBrokerRefusal(t *testing.T) {
 	if err := p.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	got := testenv.Consume(t, b.Addr(), "txn.r", 4, 5*time.Second)
+	got := testenv.ConsumeAll(t, b.Addr(), `^txn\.r$`)
 	if v := values(got); len(got) != 4 || strings.Contains(v, "bad") {
 		t.Fatalf("read_committed: %s", v)
 	}
@@ -261,7 +261,7 @@ func TestTxnTransientIsBounded(t *testing.T) {
 	if err := p.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if got := testenv.Consume(t, b.Addr(), "txn.t", 4, 5*time.Second); len(got) != 4 || strings.Contains(values(got), "stalled") {
+	if got := testenv.ConsumeAll(t, b.Addr(), `^txn\.t$`); len(got) != 4 || strings.Contains(values(got), "stalled") {
 		t.Fatalf("read_committed: %s", values(got))
 	}
 }
