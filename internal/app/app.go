@@ -49,7 +49,8 @@ func KafkaConfig(c *config.Config) kafka.Config {
 func Router(c *config.Config) (*outbox.Router, error) {
 	oc := outbox.Config{IDColumn: c.Outbox.Columns.ID, AggregateTypeColumn: c.Outbox.Columns.AggregateType,
 		AggregateIDColumn: c.Outbox.Columns.AggregateID, TypeColumn: c.Outbox.Columns.Type,
-		PayloadColumn: c.Outbox.Columns.Payload, Topic: c.Outbox.Topic}
+		PayloadColumn: c.Outbox.Columns.Payload, Topic: c.Outbox.Topic, TopicRegex: c.Outbox.TopicRegex,
+		TombstoneOnEmptyPayload: c.Outbox.TombstoneOnEmptyPayload, NullKey: c.Outbox.NullKey}
 	for _, h := range c.Outbox.Headers {
 		oc.Headers = append(oc.Headers, outbox.Header{Column: h.Column, Name: h.Name})
 	}

@@ -67,6 +67,12 @@ type Outbox struct {
 	Columns Columns `yaml:"columns"`
 	Topic   string  `yaml:"topic"`
 	Headers Headers `yaml:"headers"`
+	// TopicRegex is Debezium's route.topic.regex (needs the group (?<routedByValue>…)).
+	TopicRegex string `yaml:"topic_regex"`
+	// TombstoneOnEmptyPayload is route.tombstone.on.empty.payload.
+	TombstoneOnEmptyPayload bool `yaml:"tombstone_on_empty_payload"`
+	// NullKey is what a NULL aggregate id does: dlq | produce (a null Kafka key).
+	NullKey string `yaml:"null_key"`
 }
 
 type Columns struct {

@@ -124,6 +124,10 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092'], sasl: {mechanism: GSSAPI}}", "kafka.sasl.mechanism"},
 		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092']}\noutbox: {topic: 'a b'}", "outbox"},
 		{"source: {type: postgres, dsn: x, tables: [a.b]}\nkafka: {brokers: ['k:9092']}\nlog: {level: loud}", "log.level"},
+		{base + "outbox: {null_key: drop}", "outbox.null_key"},
+		{base + "outbox: {topic_regex: '(?<routedByValue>(?=a).*)'}", "outbox.topic_regex"},
+		{base + "outbox: {topic_regex: '(.*)'}", "outbox.topic_regex"},
+		{base + "outbox: {tombstone_on_empty_payload: maybe}", "outbox.tombstone_on_empty_payload"},
 	}
 	// source.type against the registered names, and the adapters' own keys: internal/app
 	// TestLoadSourceErrorsNameTheKey.
@@ -157,5 +161,23 @@ func TestHTTPListen(t *testing.T) {
 	}
 	if _, err := Parse([]byte(base+"http: {lisen: x}\n"), env(nil)); err == nil || !strings.Contains(err.Error(), "http.lisen") {
 		t.Errorf("typo under http: %v", err)
+	}
+}
+
+func TestOutboxRouteOptions(t *testing.T) {
+	base := "source: {type: postgres, dsn: 'postgres://x@h/db', tables: [public.outbox]}\nkafka: {brokers: ['k:9092']}\n"
+	c, err := Parse([]byte(base), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Outbox.NullKey != "dlq" || c.Outbox.TombstoneOnEmptyPayload || c.Outbox.TopicRegex != "" {
+		t.Errorf("defaults: null_key %q tombstone_on_empty_payload %v topic_regex %q", c.Outbox.NullKey, c.Outbox.TombstoneOnEmptyPayload, c.Outbox.TopicRegex)
+	}
+	c, err = Parse([]byte(base+"outbox:\n  topic: '${routedByValue}.events'\n  topic_regex: '(?<routedByValue>[a-z]+)_v[0-9]+$'\n  tombstone_on_empty_payload: true\n  null_key: produce\n"), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Outbox.NullKey != "produce" || !c.Outbox.TombstoneOnEmptyPayload || c.Outbox.TopicRegex != "(?<routedByValue>[a-z]+)_v[0-9]+$" {
+		t.Errorf("parsed: null_key %q tombstone_on_empty_payload %v topic_regex %q", c.Outbox.NullKey, c.Outbox.TombstoneOnEmptyPayload, c.Outbox.TopicRegex)
 	}
 }

@@ -25,6 +25,7 @@ func (c *Config) applyDefaults() {
 	def(&col.Type, "type")
 	def(&col.Payload, "payload")
 	def(&c.Outbox.Topic, "outbox.event.${routedByValue}")
+	def(&c.Outbox.NullKey, outbox.NullKeyDLQ)
 	def(&c.Kafka.ClientID, "outboxd")
 	def(&c.Kafka.Delivery, "at_least_once")
 	def(&c.Kafka.Compression, "lz4")
@@ -95,7 +96,14 @@ func (c *Config) Validate(sourceTypes ...string) error {
 	}
 	oc := outbox.Config{IDColumn: c.Outbox.Columns.ID, AggregateTypeColumn: c.Outbox.Columns.AggregateType,
 		AggregateIDColumn: c.Outbox.Columns.AggregateID, TypeColumn: c.Outbox.Columns.Type,
-		PayloadColumn: c.Outbox.Columns.Payload, Topic: c.Outbox.Topic}
+		PayloadColumn: c.Outbox.Columns.Payload, Topic: c.Outbox.Topic, TopicRegex: c.Outbox.TopicRegex,
+		TombstoneOnEmptyPayload: c.Outbox.TombstoneOnEmptyPayload, NullKey: c.Outbox.NullKey}
+	if err := oneOf("outbox.null_key", c.Outbox.NullKey, outbox.NullKeyDLQ, outbox.NullKeyProduce); err != nil {
+		return err
+	}
+	if err := outbox.CheckTopicRegex(c.Outbox.TopicRegex); err != nil {
+		return &Error{Key: "outbox.topic_regex", Msg: err.Error()}
+	}
 	if _, err := outbox.New(oc); err != nil {
 		return &Error{Key: "outbox", Msg: err.Error()}
 	}

@@ -10,6 +10,7 @@ package outbox
 import (
 	"encoding/hex"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,15 @@ type Config struct {
 	PayloadColumn       string
 	Topic               string // may contain ${routedByValue}
 	Headers             []Header
+
+	// TopicRegex is Debezium's route.topic.regex ("" = none: ${routedByValue} is the aggregate
+	// type as is). It must match the whole aggregate type and have the group (?<routedByValue>…).
+	TopicRegex string
+	// TombstoneOnEmptyPayload is route.tombstone.on.empty.payload: a NULL, empty or blank payload
+	// gives a record with a null value (a tombstone); false keeps the payload's bytes.
+	TombstoneOnEmptyPayload bool
+	// NullKey is NullKeyDLQ ("" too) or NullKeyProduce.
+	NullKey string
 }
 
 // DefaultConfig returns Debezium's defaults.
@@ -63,6 +73,9 @@ type Router struct {
 	suffix string // and after it
 	routed bool
 
+	re      *regexp.Regexp // Config.TopicRegex, anchored; nil when unset
+	reGroup int            // index of its routedByValue group
+
 	// topics memoises prefix + aggregate type + suffix for valid topic names, so a row of a known
 	// aggregate type costs one map lookup (no allocation, no validation). Copy-on-write: readers
 	// load the map without locking; a new aggregate type copies it under topicsMu. At most
@@ -82,6 +95,21 @@ func New(cfg Config) (*Router, error) {
 		}
 	}
 	r := &Router{cfg: cfg}
+	switch cfg.NullKey {
+	case "", NullKeyDLQ, NullKeyProduce:
+	default:
+		return nil, fmt.Errorf("outbox.null_key %q is not one of dlq | produce", cfg.NullKey)
+	}
+	if cfg.TopicRegex != "" {
+		re, g, err := compileTopicRegex(cfg.TopicRegex)
+		if err != nil {
+			return nil, fmt.Errorf("outbox.topic_regex: %w", err)
+		}
+		if cfg.AggregateTypeColumn == "" {
+			return nil, fmt.Errorf("outbox.topic_regex is set but outbox.columns.aggregate_type is empty")
+		}
+		r.re, r.reGroup = re, g
+	}
 	if i := strings.Index(cfg.Topic, RoutedByValue); i >= 0 {
 		if strings.Count(cfg.Topic, RoutedByValue) > 1 {
 			return nil, fmt.Errorf("outbox.topic %q: ${routedByValue} may appear once", cfg.Topic)
@@ -122,7 +150,7 @@ func (r *Router) route(row *source.Row) (sink.Record, error) {
 		}
 		return v, nil
 	}
-	if r.routed {
+	if r.routed || r.re != nil {
 		at, err := get(r.cfg.AggregateTypeColumn, true)
 		if err != nil {
 			return rec, err
@@ -134,7 +162,11 @@ func (r *Router) route(row *source.Row) (sink.Record, error) {
 		if t, ok := known[string(at.Bytes)]; ok { // m[string(b)] does not allocate
 			rec.Topic = t
 		} else {
-			rec.Topic = r.prefix + string(at.Bytes) + r.suffix
+			if r.re != nil {
+				rec.Topic = r.regexTopic(at.Bytes)
+			} else {
+				rec.Topic = r.prefix + string(at.Bytes) + r.suffix
+			}
 			if err := ValidTopic(rec.Topic); err != nil {
 				return rec, &Error{Reason: "invalid_topic", Column: r.cfg.AggregateTypeColumn, Msg: err.Error()}
 			}
@@ -143,11 +175,14 @@ func (r *Router) route(row *source.Row) (sink.Record, error) {
 	} else {
 		rec.Topic = r.cfg.Topic // validated by New
 	}
-	aid, err := get(r.cfg.AggregateIDColumn, true)
+	aid, err := get(r.cfg.AggregateIDColumn, r.cfg.NullKey != NullKeyProduce)
 	if err != nil {
 		return rec, err
 	}
-	rec.Key = aid.Bytes
+	rec.Key = aid.Bytes // nil for NULL (NullKeyProduce): a Kafka null key
+	if r.cfg.NullKey == NullKeyProduce && !aid.Null && rec.Key == nil {
+		rec.Key = []byte{} // an empty id is a key: only NULL gives the null key
+	}
 	id, err := get(r.cfg.IDColumn, true)
 	if err != nil {
 		return rec, err
@@ -156,7 +191,9 @@ func (r *Router) route(row *source.Row) (sink.Record, error) {
 	if err != nil {
 		return rec, err
 	}
-	if !payload.Null {
+	if r.cfg.TombstoneOnEmptyPayload && emptyPayload(payload.Bytes, payload.Null) {
+		rec.Value = nil // tombstone
+	} else if !payload.Null {
 		rec.Value = payload.Bytes
 		if rec.Value == nil {
 			rec.Value = []byte{}
