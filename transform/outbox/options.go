@@ -18,41 +18,59 @@ const (
 const RoutedByValueGroup = "routedByValue"
 
 // compileTopicRegex compiles a Debezium route.topic.regex for Java's Matcher.matches() semantics
-// (the regex must match the whole value): it is anchored as \A(?:re)\z. Go's RE2 accepts Java's
+// (the regex must match the whole value): whole is it anchored as \A(?:re)\z, find is it
+// unanchored (Matcher.find, which replaceFirst uses), group the index of routedByValue. Go's RE2 accepts Java's
 // named-group syntax (?<name>…) (Go >= 1.22) as well as (?P<name>…). Java-only constructs
 // (lookarounds, backreferences, possessive quantifiers) do not compile and are reported.
-func compileTopicRegex(expr string) (*regexp.Regexp, int, error) {
-	re, err := regexp.Compile(`\A(?:` + expr + `)\z`)
+func compileTopicRegex(expr string) (whole, find *regexp.Regexp, group int, err error) {
+	find, err = regexp.Compile(`(?:` + expr + `)`)
+	if err == nil {
+		whole, err = regexp.Compile(`\A(?:` + expr + `)\z`)
+	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("%q does not compile as an RE2 regular expression (Java-only constructs such as lookarounds, backreferences and possessive quantifiers are not supported): %w", expr, err)
+		return nil, nil, 0, fmt.Errorf("%q does not compile as an RE2 regular expression (Java-only constructs such as lookarounds, backreferences and possessive quantifiers are not supported): %w", expr, err)
 	}
-	g := re.SubexpIndex(RoutedByValueGroup)
-	if g < 0 {
-		return nil, 0, fmt.Errorf("%q has no named group (?<%s>…): add it around the part of the aggregate type that replaces ${routedByValue} in outbox.topic", expr, RoutedByValueGroup)
+	group = find.SubexpIndex(RoutedByValueGroup)
+	if group < 0 {
+		return nil, nil, 0, fmt.Errorf("%q has no named group (?<%s>…): add it around the part of the aggregate type that replaces ${routedByValue} in outbox.topic", expr, RoutedByValueGroup)
 	}
-	return re, g, nil
+	return whole, find, group, nil
 }
 
 // regexTopic is the topic for aggregate type at under Config.TopicRegex, as Kafka Connect's
-// RegexRouter, which Debezium's EventRouterDelegate applies to the routed-by value
-// (org.apache.kafka.connect.transforms.RegexRouter.apply: `if (matcher.matches()) topic =
-// matcher.replaceFirst(replacement) ... else return record` — a value that does not match keeps
-// its topic, i.e. the raw routed-by value, without outbox.topic's prefix or suffix; see
-// shared/spec/debezium-outbox.md §1 row 1). On a match, ${routedByValue} in outbox.topic becomes
-// the group's value ("" when the group took no part in the match, as Java's appendReplacement).
+// RegexRouter, which Debezium's EventRouterDelegate applies to the routed-by value with
+// route.topic.replacement (here: outbox.topic). RegexRouter.apply (apache/kafka
+// connect/transforms/.../RegexRouter.java):
+//
+//	final Matcher matcher = regex.matcher(record.topic());
+//	if (matcher.matches()) { final String topic = matcher.replaceFirst(replacement); ... }
+//	return record;
+//
+// so a value that does not match the whole regex keeps its topic, the raw routed-by value
+// (without outbox.topic's prefix or suffix; shared/spec/debezium-outbox.md §1 row 1). On a
+// match, replaceFirst resets the matcher and replaces the FIRST match found by find() — which
+// starts at 0 (a whole-value match exists there) but may end earlier, e.g. with a lazy
+// quantifier — and keeps the rest of the value after it: topic = replacement (with
+// ${routedByValue} = the group's value in that match, "" when the group took no part, as
+// Java's appendReplacement) + value[end:]. r.reFind is the unanchored regex: Go's leftmost-first
+// submatch semantics are those of Java's backtracking find().
 func (r *Router) regexTopic(at []byte) string {
-	m := r.re.FindSubmatchIndex(at)
-	if m == nil {
+	if !r.re.Match(at) {
 		return string(at)
 	}
-	if !r.routed {
-		return r.cfg.Topic
+	m := r.reFind.FindSubmatchIndex(at)
+	if m == nil || m[0] != 0 { // cannot happen: a whole-value match starts at 0
+		return string(at)
 	}
-	var group string
-	if s := m[2*r.reGroup]; s >= 0 {
-		group = string(at[s:m[2*r.reGroup+1]])
+	topic := r.cfg.Topic
+	if r.routed {
+		var group []byte
+		if s := m[2*r.reGroup]; s >= 0 {
+			group = at[s:m[2*r.reGroup+1]]
+		}
+		topic = r.prefix + string(group) + r.suffix
 	}
-	return r.prefix + group + r.suffix
+	return topic + string(at[m[1]:])
 }
 
 // emptyPayload reports whether Debezium's route.tombstone.on.empty.payload counts a payload as
@@ -79,6 +97,6 @@ func CheckTopicRegex(expr string) error {
 	if expr == "" {
 		return nil
 	}
-	_, _, err := compileTopicRegex(expr)
+	_, _, _, err := compileTopicRegex(expr)
 	return err
 }

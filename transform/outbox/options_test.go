@@ -84,7 +84,13 @@ func TestTopicRegex(t *testing.T) {
 		{"group is part of the value", "outbox.event.${routedByValue}", "(?<routedByValue>[a-z]+)_v[0-9]+", "order_v2", "outbox.event.order"},
 		{"no match keeps the raw value", "outbox.event.${routedByValue}", "(?<routedByValue>[a-z]+)_v[0-9]+", "Order_v2", "Order_v2"},
 		{"a partial match is no match (matches(), not find())", "outbox.event.${routedByValue}", "(?<routedByValue>order)", "orders", "orders"},
-		{"alternation is anchored as a whole", "outbox.event.${routedByValue}", "(?<routedByValue>a)|ab", "ab", "outbox.event."},
+		// Java: "ab".matches() via the branch ab; replaceFirst's find() then matches "a" (first
+		// branch, group "a") and keeps the rest: "outbox.event.a" + "b".
+		{"whole match via a later branch, replaceFirst's find takes the first", "outbox.event.${routedByValue}", "(?<routedByValue>a)|ab", "ab", "outbox.event.ab"},
+		// Java: matches() with .+? = "order"; find() stops at .+? = "o": "outbox.event.o" + "rder_v2".
+		{"lazy group: replaceFirst keeps the tail after find's match", "outbox.event.${routedByValue}", "(?<routedByValue>.+?)(_v[0-9]+)?", "order_v2", "outbox.event.order_v2"},
+		{"lazy group, fixed topic: the tail is kept", "events", "(?<routedByValue>.+?)(_v[0-9]+)?", "order_v2", "eventsrder_v2"},
+		{"group took no part in the match", "x.${routedByValue}", "(?<routedByValue>a)|b", "b", "x."},
 		{"alternation, first branch", "outbox.event.${routedByValue}", "(?<routedByValue>a)|ab", "a", "outbox.event.a"},
 		{"empty value matches .*", "outbox.event.${routedByValue}", "(?<routedByValue>.*)", "", "outbox.event."},
 		{"fixed topic, match", "events", "(?<routedByValue>order.*)", "orders", "events"},

@@ -73,7 +73,8 @@ type Router struct {
 	suffix string // and after it
 	routed bool
 
-	re      *regexp.Regexp // Config.TopicRegex, anchored; nil when unset
+	re      *regexp.Regexp // Config.TopicRegex, anchored (Java matches()); nil when unset
+	reFind  *regexp.Regexp // Config.TopicRegex, unanchored (Java find(), as replaceFirst)
 	reGroup int            // index of its routedByValue group
 
 	// topics memoises prefix + aggregate type + suffix for valid topic names, so a row of a known
@@ -101,14 +102,14 @@ func New(cfg Config) (*Router, error) {
 		return nil, fmt.Errorf("outbox.null_key %q is not one of dlq | produce", cfg.NullKey)
 	}
 	if cfg.TopicRegex != "" {
-		re, g, err := compileTopicRegex(cfg.TopicRegex)
+		re, find, g, err := compileTopicRegex(cfg.TopicRegex)
 		if err != nil {
 			return nil, fmt.Errorf("outbox.topic_regex: %w", err)
 		}
 		if cfg.AggregateTypeColumn == "" {
 			return nil, fmt.Errorf("outbox.topic_regex is set but outbox.columns.aggregate_type is empty")
 		}
-		r.re, r.reGroup = re, g
+		r.re, r.reFind, r.reGroup = re, find, g
 	}
 	if i := strings.Index(cfg.Topic, RoutedByValue); i >= 0 {
 		if strings.Count(cfg.Topic, RoutedByValue) > 1 {
