@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -69,16 +68,7 @@ func TestDecodeRowsEventSeeds(t *testing.T) {
 // the rows handed out (see FuzzDecodeRowsEvent); it returns how many there were.
 func decodeRowsEvent(t *testing.T, fx fixture, tmBody, rowsBody []byte) int {
 	raws := fixtureEventsOf(fx)
-	captured := map[tableKey]string{{"app", "types"}: "app.types"}
-	s := &Source{captured: captured, byDB: map[string]map[string]bool{"app": {"types": true}}}
-	p := replication.NewBinlogParser()
-	p.SetFlavor("mariadb")
-	p.SetTimestampStringLocation(time.UTC)
-	p.SetRenderJSONAsMySQLText(true)
-	p.SetRowsEventDecodeFunc(s.decodeRows)
-	tracker := newSchemaTracker(captured, func(tableKey) (*tableSchema, error) { return schemaFromRows(fx.Schema), nil }, true, testLogger())
-	start, _ := parsePosition("0-1-1")
-	a := newAssembler(start, captured, tracker, true, time.Hour, testLogger())
+	p, a := fixtureParser(fx)
 	var evs [][]byte
 	for _, raw := range raws {
 		switch typ := replication.EventType(raw[4]); typ {

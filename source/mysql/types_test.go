@@ -128,14 +128,9 @@ func loadFixture(t testing.TB, path string) fixture {
 	return f
 }
 
-// fixtureDecoder returns a function that parses a fixture's events with go-mysql's parser,
-// configured like the source, and assembles them into transactions. Pure: no server.
-func fixtureDecoder(t testing.TB, f fixture) func() []source.Tx {
-	var raws [][]byte
-	for _, h := range f.Events {
-		raw, _ := hex.DecodeString(h)
-		raws = append(raws, raw)
-	}
+// fixtureParser is go-mysql's parser configured like the source (rows decoded by
+// Source.decodeRows for the captured table app.types) and an assembler whose schema is f's.
+func fixtureParser(f fixture) (*replication.BinlogParser, *assembler) {
 	captured := map[tableKey]string{{"app", "types"}: "app.types"}
 	s := &Source{captured: captured, byDB: map[string]map[string]bool{"app": {"types": true}}}
 	p := replication.NewBinlogParser()
@@ -146,6 +141,18 @@ func fixtureDecoder(t testing.TB, f fixture) func() []source.Tx {
 	tracker := newSchemaTracker(captured, func(tableKey) (*tableSchema, error) { return schemaFromRows(f.Schema), nil }, true, testLogger())
 	start, _ := parsePosition("0-1-1")
 	a := newAssembler(start, captured, tracker, true, time.Hour, testLogger())
+	return p, a
+}
+
+// fixtureDecoder returns a function that parses a fixture's events with go-mysql's parser,
+// configured like the source, and assembles them into transactions. Pure: no server.
+func fixtureDecoder(t testing.TB, f fixture) func() []source.Tx {
+	var raws [][]byte
+	for _, h := range f.Events {
+		raw, _ := hex.DecodeString(h)
+		raws = append(raws, raw)
+	}
+	p, a := fixtureParser(f)
 	return func() []source.Tx {
 		var out []source.Tx
 		for _, raw := range raws {
