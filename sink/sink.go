@@ -8,6 +8,8 @@
 // fake producer of the tests against it.
 package sink
 
+import "time"
+
 // Header is a Kafka record header.
 type Header struct {
 	Key   string
@@ -20,6 +22,12 @@ type Record struct {
 	Key     []byte
 	Value   []byte
 	Headers []Header
+	// Timestamp is the record's CreateTime; zero means the producer's clock when it is sent.
+	Timestamp time.Time
+	// Partition is the record's partition when PartitionSet (outbox.fields placement
+	// "partition"); otherwise the producer's partitioner picks one from Key.
+	Partition    int32
+	PartitionSet bool
 }
 
 // Size is the approximate encoded size of the record in bytes, used for in-flight byte caps.

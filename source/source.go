@@ -29,6 +29,78 @@ type Row struct {
 	// Columns may be shared between rows of the same table: treat it as read-only.
 	Columns []string
 	Values  []Value
+	// Types is parallel to Columns when the source knows its columns' types (shared like Columns,
+	// read-only); nil when it does not (e.g. rows built by hand), and then every column is a
+	// nullable string.
+	Types []Type
+}
+
+// Type describes a column as Debezium's connector for the database describes it (the Kafka
+// Connect schema of its field), so that a router can render values as Debezium does. The source
+// owns the mapping from its database's types to Kinds (each adapter knows its own types); the
+// Value's Bytes stay the database's text form described on each Kind.
+type Type struct {
+	Kind Kind
+	// Optional is true when the column is nullable (the Connect schema's "optional").
+	Optional bool
+	// Scale and Precision describe a KindDecimal column (Debezium's "scale" and
+	// "connect.decimal.precision" schema parameters); Precision 0 means unconstrained.
+	Scale, Precision int
+}
+
+// Kind is a column's Kafka Connect type as Debezium maps it, with the text form a source puts in
+// Value.Bytes for it.
+type Kind uint8
+
+const (
+	// KindString is Connect string: UTF-8 text. Also every type without a more specific Kind
+	// (rendered as the database's text).
+	KindString Kind = iota
+	// KindJSON is io.debezium.data.Json (json, jsonb, MySQL JSON): the JSON text.
+	KindJSON
+	// KindUUID is io.debezium.data.Uuid: the uuid text.
+	KindUUID
+	// KindBool is Connect boolean: "t"/"f" (PostgreSQL) or "1"/"0" (MySQL), "true"/"false" too.
+	KindBool
+	// KindInt16, KindInt32, KindInt64 are Connect int16/int32/int64: decimal text.
+	KindInt16
+	KindInt32
+	KindInt64
+	// KindFloat32, KindFloat64 are Connect float32/float64: the database's number text
+	// (PostgreSQL also prints NaN, Infinity, -Infinity).
+	KindFloat32
+	KindFloat64
+	// KindDecimal is org.apache.kafka.connect.data.Decimal (decimal.handling.mode=precise): the
+	// exact decimal text ("12.50"); Type.Scale is the column's scale.
+	KindDecimal
+	// KindBytes is Connect bytes: the raw bytes.
+	KindBytes
+	// KindTimestamp is io.debezium.time.Timestamp (epoch milliseconds; a timestamp without time
+	// zone of precision ≤ 3): text "YYYY-MM-DD HH:MM:SS[.fff]", read as UTC.
+	KindTimestamp
+	// KindMicroTimestamp is io.debezium.time.MicroTimestamp (epoch microseconds; precision 4–6,
+	// PostgreSQL's default): text "YYYY-MM-DD HH:MM:SS[.ffffff]", read as UTC.
+	KindMicroTimestamp
+	// KindZonedTimestamp is io.debezium.time.ZonedTimestamp (an ISO-8601 string in UTC): text
+	// "YYYY-MM-DD HH:MM:SS[.ffffff]±HH[:MM[:SS]]" (PostgreSQL timestamptz), or a MySQL TIMESTAMP's
+	// text, which is UTC.
+	KindZonedTimestamp
+	// KindDate is io.debezium.time.Date (days since 1970-01-01, int32): text "YYYY-MM-DD".
+	KindDate
+)
+
+// Lookup returns the value and type of the named column and whether the column exists.
+func (r *Row) Lookup(name string) (Value, Type, bool) {
+	for i, c := range r.Columns {
+		if c == name {
+			t := Type{Kind: KindString, Optional: true}
+			if i < len(r.Types) {
+				t = r.Types[i]
+			}
+			return r.Values[i], t, true
+		}
+	}
+	return Value{}, Type{}, false
 }
 
 // Get returns the value of the named column and whether the column exists.

@@ -47,14 +47,7 @@ func KafkaConfig(c *config.Config) kafka.Config {
 
 // Router builds the outbox transform.
 func Router(c *config.Config) (*outbox.Router, error) {
-	oc := outbox.Config{IDColumn: c.Outbox.Columns.ID, AggregateTypeColumn: c.Outbox.Columns.AggregateType,
-		AggregateIDColumn: c.Outbox.Columns.AggregateID, TypeColumn: c.Outbox.Columns.Type,
-		PayloadColumn: c.Outbox.Columns.Payload, Topic: c.Outbox.Topic, TopicRegex: c.Outbox.TopicRegex,
-		TombstoneOnEmptyPayload: c.Outbox.TombstoneOnEmptyPayload, NullKey: c.Outbox.NullKey}
-	for _, h := range c.Outbox.Headers {
-		oc.Headers = append(oc.Headers, outbox.Header{Column: h.Column, Name: h.Name})
-	}
-	return outbox.New(oc)
+	return outbox.New(config.OutboxConfig(c))
 }
 
 // Store builds the configured offsets store.

@@ -105,7 +105,7 @@ func (h *hotPath) message(copyData []byte) error {
 		return err
 	}
 	for i := range tx.Rows {
-		rec, err := h.router.Route(&tx.Rows[i])
+		rec, err := h.router.Route(&tx.Rows[i], time.Time{})
 		if err != nil {
 			return err
 		}
@@ -353,7 +353,7 @@ func TestHotPathFixtures(t *testing.T) {
 		t.Fatalf("commit: tx %+v done %v err %v", tx, done, err)
 	}
 	router, _ := outbox.New(outbox.DefaultConfig())
-	rec, err := router.Route(&tx.Rows[0])
+	rec, err := router.Route(&tx.Rows[0], time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}

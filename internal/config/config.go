@@ -73,6 +73,31 @@ type Outbox struct {
 	TombstoneOnEmptyPayload bool `yaml:"tombstone_on_empty_payload"`
 	// NullKey is what a NULL aggregate id does: dlq | produce (a null Kafka key).
 	NullKey string `yaml:"null_key"`
+	// Encoding is the key and value bytes: raw | json | json_schema (Kafka Connect's
+	// StringConverter, JsonConverter with schemas.enable=false, JsonConverter with schemas).
+	Encoding string `yaml:"encoding"`
+	// ExpandJSONPayload is Debezium's table.expand.json.payload.
+	ExpandJSONPayload bool `yaml:"expand_json_payload"`
+	// Fields is Debezium's table.fields.additional.placement, as a list.
+	Fields []Field `yaml:"fields,omitempty"`
+	// MissingField is what a Fields column the table lacks does: error | ignore
+	// (Debezium's table.field.additional.missing).
+	MissingField string `yaml:"missing_field"`
+	// HeaderValues is how header column values are written: debezium | text.
+	HeaderValues string `yaml:"header_values"`
+	// Timestamp is the Kafka record timestamp: commit | produce | column:<name>.
+	Timestamp string `yaml:"timestamp"`
+	// TracingColumn is Debezium's tracing.span.context.field (nil: tracingspancontext when the
+	// table has it; "": no tracing).
+	TracingColumn *string `yaml:"tracing_column"`
+}
+
+// Field is one entry of outbox.fields: a column placed into a header, the envelope or the
+// partition, under alias (default: the column's name).
+type Field struct {
+	Column    string `yaml:"column"`
+	Placement string `yaml:"placement"`
+	Alias     string `yaml:"alias"`
 }
 
 type Columns struct {

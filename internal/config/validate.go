@@ -26,6 +26,13 @@ func (c *Config) applyDefaults() {
 	def(&col.Payload, "payload")
 	def(&c.Outbox.Topic, "outbox.event.${routedByValue}")
 	def(&c.Outbox.NullKey, outbox.NullKeyDLQ)
+	def(&c.Outbox.Encoding, outbox.EncodingRaw)
+	def(&c.Outbox.MissingField, outbox.MissingFieldError)
+	def(&c.Outbox.HeaderValues, outbox.HeaderValuesDebezium)
+	def(&c.Outbox.Timestamp, outbox.TimestampCommit)
+	for i := range c.Outbox.Fields {
+		def(&c.Outbox.Fields[i].Alias, c.Outbox.Fields[i].Column)
+	}
 	def(&c.Kafka.ClientID, "outboxd")
 	def(&c.Kafka.Delivery, "at_least_once")
 	def(&c.Kafka.Compression, "lz4")
@@ -94,12 +101,34 @@ func (c *Config) Validate(sourceTypes ...string) error {
 			return &Error{Key: fmt.Sprintf("source.tables[%d]", i), Msg: fmt.Sprintf("%q must be qualified: schema.table (postgres) or db.table (mysql)", t)}
 		}
 	}
-	oc := outbox.Config{IDColumn: c.Outbox.Columns.ID, AggregateTypeColumn: c.Outbox.Columns.AggregateType,
-		AggregateIDColumn: c.Outbox.Columns.AggregateID, TypeColumn: c.Outbox.Columns.Type,
-		PayloadColumn: c.Outbox.Columns.Payload, Topic: c.Outbox.Topic, TopicRegex: c.Outbox.TopicRegex,
-		TombstoneOnEmptyPayload: c.Outbox.TombstoneOnEmptyPayload, NullKey: c.Outbox.NullKey}
+	oc := OutboxConfig(c)
 	if err := oneOf("outbox.null_key", c.Outbox.NullKey, outbox.NullKeyDLQ, outbox.NullKeyProduce); err != nil {
 		return err
+	}
+	if err := oneOf("outbox.encoding", c.Outbox.Encoding, outbox.EncodingRaw, outbox.EncodingJSON, outbox.EncodingJSONSchema); err != nil {
+		return err
+	}
+	if err := oneOf("outbox.missing_field", c.Outbox.MissingField, outbox.MissingFieldError, outbox.MissingFieldIgnore); err != nil {
+		return err
+	}
+	if err := oneOf("outbox.header_values", c.Outbox.HeaderValues, outbox.HeaderValuesDebezium, outbox.HeaderValuesText); err != nil {
+		return err
+	}
+	if ts := c.Outbox.Timestamp; ts != outbox.TimestampCommit && ts != outbox.TimestampProduce &&
+		(!strings.HasPrefix(ts, outbox.TimestampColumnPrefix) || len(ts) == len(outbox.TimestampColumnPrefix)) {
+		return &Error{Key: "outbox.timestamp", Msg: fmt.Sprintf("%q is not one of commit | produce | column:<name>", ts)}
+	}
+	for i, f := range c.Outbox.Fields {
+		key := fmt.Sprintf("outbox.fields[%d]", i)
+		if f.Column == "" {
+			return &Error{Key: key + ".column", Msg: "name the column"}
+		}
+		if err := oneOf(key+".placement", f.Placement, outbox.PlacementHeader, outbox.PlacementEnvelope, outbox.PlacementPartition); err != nil {
+			return err
+		}
+		if f.Placement == outbox.PlacementHeader && (f.Alias == "id" || strings.HasPrefix(f.Alias, "outboxd.")) {
+			return &Error{Key: key + ".alias", Msg: fmt.Sprintf("header name %q is reserved (id, outboxd.*)", f.Alias)}
+		}
 	}
 	if err := outbox.CheckTopicRegex(c.Outbox.TopicRegex); err != nil {
 		return &Error{Key: "outbox.topic_regex", Msg: err.Error()}

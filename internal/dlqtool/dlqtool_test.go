@@ -284,7 +284,7 @@ func TestTransformDeadLettersCarryTheEventID(t *testing.T) {
 		row("id", "5c4a3e6d-62d9-421d-b02c-06e076fde76e", "aggregatetype", "bad topic", "aggregateid", "k", "payload", "{}"),
 		row("id", "5c4a3e6d-62d9-421d-b02c-06e076fde76e", "aggregatetype", "order", "aggregateid", "NULL", "payload", "{}"),
 	} {
-		rec, err := r.Route(rw)
+		rec, err := r.Route(rw, time.Time{})
 		if err == nil {
 			t.Fatalf("%v: routed", rw.Values)
 		}
@@ -295,7 +295,7 @@ func TestTransformDeadLettersCarryTheEventID(t *testing.T) {
 	}
 	// No id at all: no header, and no id from the row either.
 	rw := row("id", "NULL", "aggregatetype", "NULL", "aggregateid", "k", "payload", "{}")
-	rec, _ := r.Route(rw)
+	rec, _ := r.Route(rw, time.Time{})
 	if dl := sink.DeadLetter(rec, rw, "transform", "x", "y", "0/1", now); len(dl.Headers) != 7 || toRecord(dl, 0, 0).EventID("id") != "" {
 		t.Errorf("NULL id: %v", dl.Headers)
 	}

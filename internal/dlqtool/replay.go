@@ -36,7 +36,7 @@ type ReplayOptions struct {
 	// (the transform failed, no record was built) is decoded back to its original column bytes
 	// (DecodeRow) and routed again, and replayed when that now succeeds (outbox.* fixed in the
 	// config). nil leaves row-as-JSON dead letters not replayable.
-	Route func(*source.Row) (sink.Record, error)
+	Route func(*source.Row, time.Time) (sink.Record, error)
 }
 
 // Summary counts what Replay did.
@@ -74,7 +74,7 @@ type planner struct {
 	idColumn string
 	found    map[string]bool
 	done     map[string]*Record // event id → the dead letter replayed (or tried) for it
-	route    func(*source.Row) (sink.Record, error)
+	route    func(*source.Row, time.Time) (sink.Record, error)
 }
 
 func newPlanner(ids []string, all bool, idColumn string) *planner {
@@ -131,7 +131,9 @@ func (p *planner) planRow(pl Plan, r *Record, id string) Plan {
 		pl.Why = "not replayable: " + failed + ", and " + err.Error()
 		return pl
 	}
-	rec, err := p.route(row)
+	// The source's commit time is not in the dead letter; its own timestamp (when it was
+	// dead-lettered, at most a little after the commit) stands in for outbox.timestamp: commit.
+	rec, err := p.route(row, r.Timestamp)
 	if err != nil {
 		pl.Why = fmt.Sprintf("not replayable: %s; with the current config the transform still fails (%v): "+
 			"correct the data and write a new outbox row, or fix outbox.* in the config and replay again", failed, err)

@@ -75,7 +75,7 @@ type EOSOptions struct {
 	// NewProducer creates a producer and initialises the transactional id, which fences every
 	// older producer with the same id. It is called at start and again after a producer broke.
 	NewProducer func() (TxnProducer, error)
-	Route       func(*source.Row) (sink.Record, error)
+	Route       func(*source.Row, time.Time) (sink.Record, error)
 	Classify    func(error) (permanent bool, reason string)
 	// Fatal reports errors no new producer can get past (fenced, not authorized) and why.
 	Fatal func(error) (fatal bool, why string)

@@ -43,8 +43,8 @@ type Producer interface {
 type Options struct {
 	NewSource func() source.Source // a new, unopened source (called again after a source error)
 	Producer  Producer
-	Route     func(*source.Row) (sink.Record, error)      // the outbox transform
-	Classify  func(error) (permanent bool, reason string) // Kafka error → permanent (DLQ) or transient
+	Route     func(*source.Row, time.Time) (sink.Record, error) // the outbox transform
+	Classify  func(error) (permanent bool, reason string)       // Kafka error → permanent (DLQ) or transient
 	Store     offsets.Store
 	DLQTopic  string
 	// DLQBreaker stops the pipeline when too many recent records were dead-lettered

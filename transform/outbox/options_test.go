@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/outboxd/outboxd/sink"
 )
@@ -57,7 +58,7 @@ func TestTombstoneOnEmptyPayload(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := r.Route(row("id", uid, "aggregatetype", "order", "aggregateid", "42", "type", "created", "payload", c.payload))
+			got, err := r.Route(row("id", uid, "aggregatetype", "order", "aggregateid", "42", "type", "created", "payload", c.payload), time.Time{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -102,7 +103,7 @@ func TestTopicRegex(t *testing.T) {
 				t.Fatal(err)
 			}
 			for round := 0; round < 2; round++ { // the second round is served by the topic memo
-				got, err := r.Route(row("id", uid, "aggregatetype", []byte(c.at), "aggregateid", "42", "payload", "p"))
+				got, err := r.Route(row("id", uid, "aggregatetype", []byte(c.at), "aggregateid", "42", "payload", "p"), time.Time{})
 				if err != nil {
 					t.Fatalf("round %d: %v", round, err)
 				}
@@ -119,7 +120,7 @@ func TestTopicRegex(t *testing.T) {
 		for round := 0; round < 3; round++ {
 			for at, want := range map[string]string{"order-1": "x.order", "order-2": "x.order", "Order-1": "Order-1", "pay-9": "x.pay", "pay": "pay"} {
 				buf := []byte(at)
-				rec, err := r.Route(row("id", uid, "aggregatetype", buf, "aggregateid", "k", "payload", "p"))
+				rec, err := r.Route(row("id", uid, "aggregatetype", buf, "aggregateid", "k", "payload", "p"), time.Time{})
 				copy(buf, strings.Repeat("Z", len(buf))) // the memo must not keep the row's bytes
 				if err != nil || rec.Topic != want {
 					t.Fatalf("round %d, %q: topic %q, %v; want %q", round, at, rec.Topic, err, want)
@@ -137,7 +138,7 @@ func TestTopicRegex(t *testing.T) {
 			t.Fatal(err)
 		}
 		for round := 0; round < 2; round++ {
-			_, err = r.Route(row("id", uid, "aggregatetype", "my order", "aggregateid", "k", "payload", "p"))
+			_, err = r.Route(row("id", uid, "aggregatetype", "my order", "aggregateid", "k", "payload", "p"), time.Time{})
 			var te *Error
 			if !errors.As(err, &te) || te.Reason != "invalid_topic" {
 				t.Fatalf("round %d: err %v, want invalid_topic", round, err)
@@ -179,17 +180,17 @@ func TestNullKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := r.Route(row("id", uid, "aggregatetype", "order", "aggregateid", nil, "payload", "p"))
+	got, err := r.Route(row("id", uid, "aggregatetype", "order", "aggregateid", nil, "payload", "p"), time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sameRecord(t, got, sink.Record{Topic: "outbox.event.order", Key: nil, Value: []byte("p"), Headers: []sink.Header{{Key: "id", Value: []byte(uid)}}})
-	got, err = r.Route(row("id", uid, "aggregatetype", "order", "aggregateid", []byte(nil), "payload", "p"))
+	got, err = r.Route(row("id", uid, "aggregatetype", "order", "aggregateid", []byte(nil), "payload", "p"), time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sameRecord(t, got, sink.Record{Topic: "outbox.event.order", Key: []byte{}, Value: []byte("p"), Headers: []sink.Header{{Key: "id", Value: []byte(uid)}}})
-	if _, err := r.Route(row("id", uid, "aggregatetype", "order", "payload", "p")); err == nil {
+	if _, err := r.Route(row("id", uid, "aggregatetype", "order", "payload", "p"), time.Time{}); err == nil {
 		t.Fatal("a missing aggregate id column routed under null_key produce; want missing_column")
 	}
 
@@ -200,7 +201,7 @@ func TestNullKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = r.Route(row("id", uid, "aggregatetype", "order", "aggregateid", nil, "payload", "p"))
+		_, err = r.Route(row("id", uid, "aggregatetype", "order", "aggregateid", nil, "payload", "p"), time.Time{})
 		var te *Error
 		if !errors.As(err, &te) || te.Reason != "missing_column" || te.Column != "aggregateid" {
 			t.Fatalf("null_key %q: err %v, want missing_column aggregateid", nk, err)

@@ -11,9 +11,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/source"
@@ -46,7 +48,60 @@ type Config struct {
 	TombstoneOnEmptyPayload bool
 	// NullKey is NullKeyDLQ ("" too) or NullKeyProduce.
 	NullKey string
+
+	// Encoding is EncodingRaw ("" too), EncodingJSON or EncodingJSONSchema: the key and value
+	// bytes of Kafka Connect's StringConverter, JsonConverter (schemas.enable=false), or
+	// JsonConverter with schemas.
+	Encoding string
+	// ExpandJSONPayload is table.expand.json.payload.
+	ExpandJSONPayload bool
+	// Fields are table.fields.additional.placement's entries; header placements come after
+	// Headers.
+	Fields []Field
+	// MissingField is MissingFieldError ("" too) or MissingFieldIgnore: what a Fields column the
+	// row lacks does (table.field.additional.missing).
+	MissingField string
+	// HeaderValues is HeaderValuesDebezium ("" too: SimpleHeaderConverter's rendering of the
+	// column's Connect value) or HeaderValuesText (the database's text form).
+	HeaderValues string
+	// Timestamp is TimestampCommit ("" too: the source transaction's commit time),
+	// TimestampProduce (the producer's clock) or TimestampColumnPrefix+name (the column, as
+	// table.field.event.timestamp reads it).
+	Timestamp string
+	// TracingColumn is the column holding a java.util.Properties trace context
+	// (tracing.span.context.field); "" = no tracing. Unless TracingColumnSet, a table without
+	// the column is not traced (the default applies only where the column exists).
+	TracingColumn    string
+	TracingColumnSet bool
 }
+
+// Field is one table.fields.additional.placement entry.
+type Field struct {
+	Column    string
+	Placement string // PlacementHeader | PlacementEnvelope | PlacementPartition
+	Alias     string // header name or envelope field name ("" = Column)
+}
+
+// Option values.
+const (
+	EncodingRaw        = "raw"
+	EncodingJSON       = "json"
+	EncodingJSONSchema = "json_schema"
+
+	PlacementHeader    = "header"
+	PlacementEnvelope  = "envelope"
+	PlacementPartition = "partition"
+
+	MissingFieldError  = "error"
+	MissingFieldIgnore = "ignore"
+
+	HeaderValuesDebezium = "debezium"
+	HeaderValuesText     = "text"
+
+	TimestampCommit       = "commit"
+	TimestampProduce      = "produce"
+	TimestampColumnPrefix = "column:"
+)
 
 // DefaultConfig returns Debezium's defaults.
 func DefaultConfig() Config {
@@ -101,6 +156,9 @@ func New(cfg Config) (*Router, error) {
 	default:
 		return nil, fmt.Errorf("outbox.null_key %q is not one of dlq | produce", cfg.NullKey)
 	}
+	if err := checkEnums(cfg); err != nil {
+		return nil, err
+	}
 	if cfg.TopicRegex != "" {
 		re, find, g, err := compileTopicRegex(cfg.TopicRegex)
 		if err != nil {
@@ -128,8 +186,8 @@ func New(cfg Config) (*Router, error) {
 // Route builds the record for one row. A *Error means the row can never be delivered; the
 // record is then as far as it was built, and carries the `id` header whenever the row has a
 // non-NULL event id, so that the row's dead letter can be found by event id.
-func (r *Router) Route(row *source.Row) (sink.Record, error) {
-	rec, err := r.route(row)
+func (r *Router) Route(row *source.Row, commit time.Time) (sink.Record, error) {
+	rec, err := r.route(row, commit)
 	if err != nil && len(rec.Headers) == 0 {
 		if v, ok := row.Get(r.cfg.IDColumn); ok && !v.Null {
 			rec.Headers = []sink.Header{{Key: "id", Value: canonicalID(v.Bytes)}}
@@ -138,7 +196,7 @@ func (r *Router) Route(row *source.Row) (sink.Record, error) {
 	return rec, err
 }
 
-func (r *Router) route(row *source.Row) (sink.Record, error) {
+func (r *Router) route(row *source.Row, commit time.Time) (sink.Record, error) {
 	var rec sink.Record
 	get := func(col string, required bool) (source.Value, error) {
 		v, ok := row.Get(col)
@@ -202,22 +260,41 @@ func (r *Router) route(row *source.Row) (sink.Record, error) {
 	}
 	rec.Headers = make([]sink.Header, 0, 1+len(r.cfg.Headers))
 	rec.Headers = append(rec.Headers, sink.Header{Key: "id", Value: canonicalID(id.Bytes)})
-	for _, h := range r.cfg.Headers {
-		v, err := get(h.Column, false)
-		if err != nil {
-			return rec, err
-		}
-		// As Debezium (SimpleHeaderConverter): a NULL column is a header with a null value, an
-		// empty one a header with an empty value.
-		val := v.Bytes
-		if !v.Null && val == nil {
-			val = []byte{}
-		} else if v.Null {
-			val = nil
-		}
-		rec.Headers = append(rec.Headers, sink.Header{Key: h.Name, Value: val})
+	if err := r.appendHeaders(&rec, row); err != nil { // headers.go
+		return rec, err
+	}
+	if rec.Timestamp, err = r.timestamp(row, commit); err != nil { // timestamp.go
+		return rec, err
 	}
 	return rec, nil
+}
+
+// lookup returns the named column's value and type. A column the row lacks is a missing_column
+// *Error, and so is a NULL one when required.
+func (r *Router) lookup(row *source.Row, col string, required bool) (source.Value, source.Type, error) {
+	v, t, ok := row.Lookup(col)
+	if !ok {
+		return v, t, &Error{Reason: "missing_column", Column: col,
+			Msg: fmt.Sprintf("table %s has no column %q (check outbox.columns)", row.Table, col)}
+	}
+	if required && v.Null {
+		return v, t, &Error{Reason: "missing_column", Column: col, Msg: fmt.Sprintf("column %q is NULL", col)}
+	}
+	return v, t, nil
+}
+
+// field looks up a column of outbox.fields (or outbox.headers): ok false when the row lacks it
+// and outbox.missing_field is ignore; a missing_column *Error when it lacks it otherwise.
+func (r *Router) field(row *source.Row, col string) (v source.Value, t source.Type, ok bool, err error) {
+	v, t, ok = row.Lookup(col)
+	if ok {
+		return v, t, true, nil
+	}
+	if r.cfg.MissingField == MissingFieldIgnore {
+		return v, t, false, nil
+	}
+	return v, t, false, &Error{Reason: "missing_column", Column: col,
+		Msg: fmt.Sprintf("table %s has no column %q (check outbox.fields and outbox.headers, or set outbox.missing_field: ignore)", row.Table, col)}
 }
 
 // memoTopic adds aggregate type at → topic to the memo (copy-on-write), unless it is full.
@@ -293,3 +370,32 @@ func ValidTopic(name string) error { return sink.ValidTopic(name) }
 
 // ReasonCode returns the stable snake_case reason used in DLQ headers and metrics.
 func (e *Error) ReasonCode() string { return e.Reason }
+
+// checkEnums checks the options that take one of a few values ("" is each one's default).
+func checkEnums(cfg Config) error {
+	for _, o := range []struct {
+		key, v string
+		ok     []string
+	}{
+		{"outbox.encoding", cfg.Encoding, []string{EncodingRaw, EncodingJSON, EncodingJSONSchema}},
+		{"outbox.missing_field", cfg.MissingField, []string{MissingFieldError, MissingFieldIgnore}},
+		{"outbox.header_values", cfg.HeaderValues, []string{HeaderValuesDebezium, HeaderValuesText}},
+	} {
+		if o.v != "" && !slices.Contains(o.ok, o.v) {
+			return fmt.Errorf("%s %q is not one of %s", o.key, o.v, strings.Join(o.ok, " | "))
+		}
+	}
+	if ts := cfg.Timestamp; ts != "" && ts != TimestampCommit && ts != TimestampProduce &&
+		(!strings.HasPrefix(ts, TimestampColumnPrefix) || ts == TimestampColumnPrefix) {
+		return fmt.Errorf("outbox.timestamp %q is not one of commit | produce | column:<name>", ts)
+	}
+	for i, f := range cfg.Fields {
+		if f.Column == "" {
+			return fmt.Errorf("outbox.fields[%d]: the column is empty", i)
+		}
+		if !slices.Contains([]string{PlacementHeader, PlacementEnvelope, PlacementPartition}, f.Placement) {
+			return fmt.Errorf("outbox.fields[%d].placement %q is not one of header | envelope | partition", i, f.Placement)
+		}
+	}
+	return nil
+}

@@ -3,6 +3,7 @@ package outbox
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -53,7 +54,7 @@ func FuzzCanonicalID(f *testing.F) {
 		}
 		row := source.Row{Table: "public.outbox", Columns: []string{"id", "aggregatetype", "aggregateid", "type", "payload"},
 			Values: []source.Value{{Bytes: id}, {Bytes: []byte("order")}, {Bytes: []byte("a-1")}, {Bytes: []byte("t")}, {Bytes: []byte("{}")}}}
-		rec, err := router.Route(&row)
+		rec, err := router.Route(&row, time.Time{})
 		if err != nil || len(rec.Headers) == 0 || rec.Headers[0].Key != "id" || !bytes.Equal(rec.Headers[0].Value, want) {
 			t.Fatalf("Route with id %q: headers %+v, %v; want id %q", in, rec.Headers, err, want)
 		}

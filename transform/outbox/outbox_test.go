@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/source"
@@ -94,7 +95,7 @@ func TestRoute(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := r.Route(c.row)
+			got, err := r.Route(c.row, time.Time{})
 			if c.reason != "" {
 				var te *Error
 				if !errors.As(err, &te) || te.Reason != c.reason || !strings.Contains(te.Msg, c.inError) {
@@ -158,7 +159,7 @@ func BenchmarkRoute(b *testing.B) {
 	rw := row("id", uid, "aggregatetype", "order", "aggregateid", "42", "type", "created", "payload", strings.Repeat("x", 300))
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		if _, err := r.Route(rw); err != nil {
+		if _, err := r.Route(rw, time.Time{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -167,7 +168,7 @@ func BenchmarkRoute(b *testing.B) {
 func TestErrorReasonCode(t *testing.T) {
 	var rc interface{ ReasonCode() string }
 	r, _ := New(DefaultConfig())
-	_, err := r.Route(row("id", uid, "aggregatetype", "a b", "aggregateid", "1", "payload", "p"))
+	_, err := r.Route(row("id", uid, "aggregatetype", "a b", "aggregateid", "1", "payload", "p"), time.Time{})
 	if !errors.As(err, &rc) || rc.ReasonCode() != "invalid_topic" {
 		t.Fatalf("err %v has no ReasonCode invalid_topic", err)
 	}
@@ -182,7 +183,7 @@ func TestRouteTopicMemo(t *testing.T) {
 	}
 	route := func(at string) (string, error) {
 		buf := []byte(at) // the source reuses row memory: the memo must not keep this slice
-		rec, err := r.Route(row("id", uid, "aggregatetype", buf, "aggregateid", "k", "payload", "{}"))
+		rec, err := r.Route(row("id", uid, "aggregatetype", buf, "aggregateid", "k", "payload", "{}"), time.Time{})
 		for i := range buf {
 			buf[i] = 'X'
 		}

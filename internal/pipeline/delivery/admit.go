@@ -48,7 +48,7 @@ func (a *alo) accept(now time.Time, ch *source.Tx) error {
 			f.seq, f.row, f.commitTime, f.where = seq, &ch.Rows[i], ch.CommitTime, where
 			f.bytes = source.RowBytes(f.row)
 			a.bytes += f.bytes
-			rec, err := a.c.cfg.Route(f.row)
+			rec, err := a.c.cfg.Route(f.row, f.commitTime)
 			f.rec = rec
 			if err != nil {
 				a.deadLetter(now, f, "transform", ReasonOf(err), err)

@@ -33,7 +33,7 @@ func testClassify(err error) (bool, string) {
 }
 
 // testRoute: a row whose second value is "bad" fails the transform.
-func testRoute(r *source.Row) (sink.Record, error) {
+func testRoute(r *source.Row, _ time.Time) (sink.Record, error) {
 	rec := sink.Record{Topic: "t", Key: r.Values[0].Bytes, Value: r.Values[1].Bytes}
 	if string(r.Values[1].Bytes) == "bad" {
 		return sink.Record{Topic: "t"}, errRoute

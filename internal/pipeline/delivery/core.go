@@ -84,7 +84,7 @@ type Config struct {
 	RetryMax     time.Duration // (default 10s)
 
 	// Route is the outbox transform (both modes).
-	Route func(*source.Row) (sink.Record, error)
+	Route func(*source.Row, time.Time) (sink.Record, error)
 	// Classify maps a Kafka error to permanent (dead-letter the record) or transient.
 	Classify func(error) (permanent bool, reason string)
 	// Fatal (EOS) reports errors no new producer can get past (fenced, not authorized) and why;

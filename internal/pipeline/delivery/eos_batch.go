@@ -167,7 +167,7 @@ func (e *eosCore) add(now time.Time, ch *source.Tx) {
 		it.ord, it.row, it.commitTime, it.where = b.n, &ch.Rows[i], ch.CommitTime, where
 		it.bytes = source.RowBytes(it.row)
 		b.n++
-		rec, err := e.cfg.Route(it.row)
+		rec, err := e.cfg.Route(it.row, it.commitTime)
 		it.rec = rec
 		if err != nil {
 			if f := b.find(it.ord); !f.dead {

@@ -14,7 +14,7 @@ import (
 // core's own cost per event, without the loop's goroutines and channels.
 func BenchmarkEOSCore(b *testing.B) {
 	cfg := Config{Mode: ExactlyOnce,
-		Route: func(r *source.Row) (sink.Record, error) {
+		Route: func(r *source.Row, _ time.Time) (sink.Record, error) {
 			return sink.Record{Topic: "t", Key: r.Values[0].Bytes, Value: r.Values[1].Bytes}, nil
 		},
 		PositionRecord: func(p source.Position) sink.Record { return sink.Record{Topic: "offsets", Value: []byte(p)} },

@@ -106,7 +106,7 @@ func newModel(t *testing.T, seed uint64) *eosModel {
 
 func (m *eosModel) config(c *Config) {
 	c.Mode = ExactlyOnce
-	c.Route = func(r *source.Row) (sink.Record, error) {
+	c.Route = func(r *source.Row, _ time.Time) (sink.Record, error) {
 		id := string(r.Values[0].Bytes)
 		if m.rows[id].bad[id] {
 			return sink.Record{}, errBadRow
