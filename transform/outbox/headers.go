@@ -5,6 +5,9 @@ import (
 	"github.com/outboxd/outboxd/source"
 )
 
+// initHeaders checks and prepares the header options of r.cfg (called once by New).
+func (r *Router) initHeaders() error { return nil }
+
 // appendHeaders appends the configured header columns (outbox.headers, in order) to rec.Headers,
 // after the id header.
 func (r *Router) appendHeaders(rec *sink.Record, row *source.Row) error {

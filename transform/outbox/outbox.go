@@ -180,6 +180,12 @@ func New(cfg Config) (*Router, error) {
 	} else if err := ValidTopic(cfg.Topic); err != nil {
 		return nil, fmt.Errorf("outbox.topic: %w", err)
 	}
+	if err := r.initEncoding(); err != nil { // encode.go
+		return nil, err
+	}
+	if err := r.initHeaders(); err != nil { // headers.go
+		return nil, err
+	}
 	return r, nil
 }
 
