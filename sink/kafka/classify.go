@@ -79,6 +79,10 @@ func Classify(err error) (permanent bool, reason string) {
 	if errors.As(err, &ke) {
 		return classifyKError(ke)
 	}
+	var pe *PartitionOutOfRangeError
+	if errors.As(err, &pe) {
+		return true, "invalid_partition"
+	}
 	switch {
 	case errors.Is(err, ErrAborted), errors.Is(err, ErrClosed), errors.Is(err, sarama.ErrShuttingDown),
 		errors.Is(err, sarama.ErrClosedClient):

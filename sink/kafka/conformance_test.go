@@ -22,6 +22,7 @@ func TestConformance(t *testing.T) {
 		Record: func(t *testing.T, i int) *sink.Record {
 			return seqRecord(topicName(t), i, 7)
 		},
+		ReadBack: readBack(b.Addr()),
 		// A producer with a cap of one record, whose first record the broker holds (kfake's
 		// SleepControl parks the Produce request without stopping the cluster) until release.
 		AtCap: func(t *testing.T) (sinktest.Producer, func()) {
@@ -72,6 +73,23 @@ func TestTxnConformance(t *testing.T) {
 			}
 			return p
 		},
-		Record: func(t *testing.T, i int) *sink.Record { return seqRecord(topicName(t), i, 7) },
+		Record:   func(t *testing.T, i int) *sink.Record { return seqRecord(topicName(t), i, 7) },
+		ReadBack: readBack(b.Addr()),
 	})
+}
+
+// readBack reads records back from the kfake broker at addr (3 partitions per topic).
+func readBack(addr string) *sinktest.ReadBack {
+	return &sinktest.ReadBack{Partitions: 3, Read: func(t *testing.T, topic string, n int) []sink.Record {
+		var out []sink.Record
+		for _, r := range consume(t, addr, topic, n, 30*time.Second) {
+			rec := sink.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp,
+				Partition: r.Partition, PartitionSet: true}
+			for _, h := range r.Headers {
+				rec.Headers = append(rec.Headers, sink.Header{Key: h.Key, Value: h.Value})
+			}
+			out = append(out, rec)
+		}
+		return out
+	}}
 }

@@ -2,8 +2,11 @@ package kafka
 
 import (
 	"encoding/binary"
+	"fmt"
 
 	"github.com/IBM/sarama"
+
+	"github.com/outboxd/outboxd/sink"
 )
 
 // Murmur2 is org.apache.kafka.common.utils.Utils.murmur2, bit for bit: MurmurHash2 with seed
@@ -62,13 +65,55 @@ func NewJavaPartitioner(topic string) sarama.Partitioner {
 	return &javaPartitioner{random: sarama.NewRandomPartitioner(topic)}
 }
 
-// Partition implements sarama.Partitioner.
+// PartitionOutOfRangeError: a record's explicit partition (sink.Record.PartitionSet, outbox.fields
+// placement partition) is not one of the topic's partitions. Classify reports it as permanent
+// with reason invalid_partition, so the record is dead-lettered.
+type PartitionOutOfRangeError struct {
+	Topic      string
+	Partition  int32
+	Partitions int32 // the topic's partition count as the producer's metadata knows it
+}
+
+func (e *PartitionOutOfRangeError) Error() string {
+	return fmt.Sprintf("the record asks for partition %d of topic %q, which has %d partitions (0..%d): fix the "+
+		"row's partition column, or add partitions to the topic (outboxd sees new partitions at its next metadata refresh)",
+		e.Partition, e.Topic, e.Partitions, e.Partitions-1)
+}
+
+// recordOf returns the sink.Record behind one of our own messages (nil for a foreign message).
+func recordOf(msg *sarama.ProducerMessage) *sink.Record {
+	switch m := msg.Metadata.(type) {
+	case *inflight:
+		return m.rec
+	case *txnMsg:
+		return m.rec
+	}
+	return nil
+}
+
+// explicit returns rec's explicit partition, or a *PartitionOutOfRangeError if the topic has no
+// such partition.
+func explicit(rec *sink.Record, numPartitions int32) (int32, error) {
+	if rec.Partition < 0 || rec.Partition >= numPartitions {
+		return -1, &PartitionOutOfRangeError{Topic: rec.Topic, Partition: rec.Partition, Partitions: numPartitions}
+	}
+	return rec.Partition, nil
+}
+
+// Partition implements sarama.Partitioner. A record with PartitionSet goes to its partition
+// (counted among all of the topic's partitions, as the Java client's explicit partition).
 func (p *javaPartitioner) Partition(msg *sarama.ProducerMessage, numPartitions int32) (int32, error) {
 	if it, ok := msg.Metadata.(*inflight); ok { // fast path: our own records
+		if it.rec.PartitionSet {
+			return explicit(it.rec, numPartitions)
+		}
 		if it.rec.Key == nil {
 			return p.random.Partition(msg, numPartitions)
 		}
 		return PartitionFor(it.rec.Key, numPartitions), nil
+	}
+	if rec := recordOf(msg); rec != nil && rec.PartitionSet {
+		return explicit(rec, numPartitions)
 	}
 	if msg.Key == nil {
 		return p.random.Partition(msg, numPartitions)
@@ -84,10 +129,14 @@ func (p *javaPartitioner) Partition(msg *sarama.ProducerMessage, numPartitions i
 func (p *javaPartitioner) RequiresConsistency() bool { return true }
 
 // MessageRequiresConsistency implements sarama.DynamicConsistencyPartitioner: keyed records
-// are placed among all partitions, nil-key records among writable ones.
+// and explicitly partitioned records are placed among all partitions, nil-key records among
+// writable ones.
 func (p *javaPartitioner) MessageRequiresConsistency(msg *sarama.ProducerMessage) bool {
 	if it, ok := msg.Metadata.(*inflight); ok {
-		return it.rec.Key != nil
+		return it.rec.Key != nil || it.rec.PartitionSet
+	}
+	if rec := recordOf(msg); rec != nil && rec.PartitionSet {
+		return true
 	}
 	return msg.Key != nil
 }

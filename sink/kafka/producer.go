@@ -140,8 +140,9 @@ func New(cfg Config, log *slog.Logger) (*Producer, error) {
 // waiting for the slot that done's return frees).
 //
 // rec and its byte slices must not be modified until done is called. Records go to rec.Topic,
-// partition PartitionFor(rec.Key, partitions) for a non-nil key, a random available partition
-// for a nil key. A nil Value is a null value; headers keep their order.
+// partition rec.Partition when rec.PartitionSet (one the topic lacks is a permanent failure,
+// reason invalid_partition), else PartitionFor(rec.Key, partitions) for a non-nil key, a random
+// available partition for a nil key. rec.Timestamp is the record's CreateTime (zero: now). A nil Value is a null value; headers keep their order.
 func (p *Producer) Produce(ctx context.Context, rec *sink.Record, done func(err error)) error {
 	if rec == nil || done == nil {
 		return errors.New("kafka: Produce needs a record and a done callback")
@@ -208,8 +209,9 @@ func (p *Producer) build(rec *sink.Record, done func(error)) *inflight {
 	it.rec, it.done = rec, done
 	m := &it.msg
 	m.Topic = rec.Topic
-	m.Partition = -1 // set by sarama's partitioner; stays -1 if the record never got that far
+	m.Partition = -1 // set by sarama's partitioner (rec.Partition when PartitionSet); stays -1 if the record never got that far
 	m.Metadata = it
+	m.Timestamp = rec.Timestamp // zero: sarama stamps the send time
 	if rec.Key != nil {
 		it.key = rec.Key
 		m.Key = &it.key

@@ -168,8 +168,9 @@ func (p *TxnProducer) Produce(ctx context.Context, rec *sink.Record, done func(e
 	m := &txnMsg{rec: rec, done: done}
 	msg := &m.msg
 	msg.Topic = rec.Topic
-	msg.Partition = -1
+	msg.Partition = -1 // rec.Partition when PartitionSet (partitioner.go)
 	msg.Metadata = m
+	msg.Timestamp = rec.Timestamp // zero: sarama stamps the send time
 	if rec.Key != nil {
 		m.key = rec.Key
 		msg.Key = &m.key

@@ -43,6 +43,9 @@ type Harness struct {
 	AtCap func(t *testing.T) (p Producer, release func())
 	// Wait bounds how long the suite waits for dones (default 30s).
 	Wait time.Duration
+	// ReadBack, if set, reads what the producer delivered (the RecordFieldsArrive clause is
+	// skipped without it).
+	ReadBack *ReadBack
 }
 
 var clauses = []struct {
@@ -56,6 +59,7 @@ var clauses = []struct {
 	{"ProduceAfterClose", testProduceAfterClose},
 	{"CancelledContext", testCancelledContext},
 	{"BlockedProduceHonoursContext", testBlockedProduce},
+	{"RecordFieldsArrive", testRecordFields},
 }
 
 // Run runs the suite.

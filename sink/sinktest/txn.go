@@ -41,6 +41,9 @@ type TxnHarness struct {
 	Record func(t *testing.T, i int) *sink.Record
 	// Wait bounds how long the suite waits (default 30s).
 	Wait time.Duration
+	// ReadBack, if set, reads what the producer delivered (the RecordFieldsArrive clause is
+	// skipped without it).
+	ReadBack *ReadBack
 }
 
 var txnClauses = []struct {
@@ -52,6 +55,7 @@ var txnClauses = []struct {
 	{"DoneFromOneGoroutineNeverTheCallers", testTxnGoroutines},
 	{"AbortThenBegin", testTxnAbort},
 	{"CloseReportsQueued", testTxnClose},
+	{"RecordFieldsArrive", testTxnRecordFields},
 }
 
 // RunTxn runs the transactional producer suite.
