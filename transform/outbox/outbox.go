@@ -58,6 +58,9 @@ type Config struct {
 	// Fields are table.fields.additional.placement's entries; header placements come after
 	// Headers.
 	Fields []Field
+	// SchemaNamePrefix is Debezium's topic.prefix, the first part of the envelope's schema name
+	// under EncodingJSONSchema (<prefix>.<table>.<aggregate type>.Value); "" = none.
+	SchemaNamePrefix string
 	// MissingField is MissingFieldError ("" too) or MissingFieldIgnore: what a Fields column the
 	// row lacks does (table.field.additional.missing).
 	MissingField string
@@ -114,7 +117,7 @@ func DefaultConfig() Config {
 // Error is a permanent transform failure for one row: the row can never become a record, so the
 // pipeline dead-letters it. Reason is a stable snake_case code for the DLQ header and metrics.
 type Error struct {
-	Reason string // missing_column | invalid_topic | invalid_value
+	Reason string // missing_column | invalid_topic | invalid_value | invalid_partition
 	Column string // the column at fault, when there is one
 	Msg    string
 }
@@ -131,6 +134,10 @@ type Router struct {
 	re      *regexp.Regexp // Config.TopicRegex, anchored (Java matches()); nil when unset
 	reFind  *regexp.Regexp // Config.TopicRegex, unanchored (Java find(), as replaceFirst)
 	reGroup int            // index of its routedByValue group
+
+	enc          encoding // encode.go
+	envelope     []Field  // the envelope placements of Config.Fields, Alias set
+	partitionCol string   // the partition placement's column, "" = none
 
 	// topics memoises prefix + aggregate type + suffix for valid topic names, so a row of a known
 	// aggregate type costs one map lookup (no allocation, no validation). Copy-on-write: readers
@@ -256,12 +263,21 @@ func (r *Router) route(row *source.Row, commit time.Time) (sink.Record, error) {
 	if err != nil {
 		return rec, err
 	}
-	if r.cfg.TombstoneOnEmptyPayload && emptyPayload(payload.Bytes, payload.Null) {
+	if r.enc != encRaw {
+		if err := r.encode(&rec, row, aid, payload); err != nil { // encode.go
+			return rec, err
+		}
+	} else if r.cfg.TombstoneOnEmptyPayload && emptyPayload(payload.Bytes, payload.Null) {
 		rec.Value = nil // tombstone
 	} else if !payload.Null {
 		rec.Value = payload.Bytes
 		if rec.Value == nil {
 			rec.Value = []byte{}
+		}
+	}
+	if r.partitionCol != "" {
+		if err := r.setPartition(&rec, row); err != nil { // fields.go
+			return rec, err
 		}
 	}
 	rec.Headers = make([]sink.Header, 0, 1+len(r.cfg.Headers))
