@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 
@@ -33,6 +34,10 @@ func NewDecoderFor(r Relations) *Decoder {
 		foreign:  make(map[uint32]string),
 		loadedAt: r.LoadedAt,
 		rels:     make(map[uint32]*relation),
+		notNull:  maps.Clone(r.NotNull), // Resolve adds to it; r stays as loaded
+	}
+	if d.notNull == nil {
+		d.notNull = make(map[uint32]map[string]bool)
 	}
 	for _, t := range r.Tables {
 		schema, name := t.Schema, t.Table
@@ -83,6 +88,9 @@ func (d *Decoder) addDescendant(oid uint32, name string, parent *outboxTable) {
 // *UnknownRelationError for it: a partition or inheritance child of exactly one configured
 // table is attributed to it; anything else is not attributed (inserts into it are errors).
 func (d *Decoder) Resolve(oid uint32, cr CatalogRelation) {
+	if cr.NotNull != nil {
+		d.notNull[oid] = cr.NotNull
+	}
 	if !cr.Exists {
 		d.foreign[oid] = "it no longer exists in the catalog, so outboxd cannot tell whether it was a partition or inheritance child of a table in source.tables (a partition dropped before outboxd read its rows? publish partitioned outbox tables WITH (publish_via_partition_root = true) so their rows arrive under the table's own name)"
 		return

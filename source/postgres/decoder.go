@@ -38,8 +38,9 @@ const (
 // for concurrent use.
 //
 // Contract:
-//   - Relation messages fill a cache (relation id → qualified "schema.table", column names and
-//     type OIDs). A later Relation message for the same id (after ALTER TABLE) replaces the entry;
+//   - Relation messages fill a cache (relation id → qualified "schema.table", column names,
+//     type OIDs and each column's source.Type, types.go: one Types slice per Relation message,
+//     shared by its rows; Optional from the catalog's NOT NULL, see Relations.NotNull). A later Relation message for the same id (after ALTER TABLE) replaces the entry;
 //     rows already decoded keep the column slice they were built with (slices are never mutated).
 //   - Every relation is attributed (see relations.go and attribution.go) to a configured table
 //     when it is that table (the OID and schema.table loaded at startup) or a partition or
@@ -78,6 +79,7 @@ type Decoder struct {
 	foreign  map[uint32]string       // OIDs resolved as not attributed → why
 	loadedAt pglogrepl.LSN           // Relations.LoadedAt
 	rels     map[uint32]*relation
+	notNull  map[uint32]map[string]bool // relation OID → its NOT NULL columns (Relations.NotNull, Resolve)
 
 	log       *slog.Logger    // notices about history replayed after a restart; nil: none
 	onMessage func(pgMessage) // logical decoding messages that are not outboxd heartbeats; nil: none
@@ -106,7 +108,8 @@ type relation struct {
 	capture bool     // an INSERT into it becomes a Row; else an INSERT is an error
 	why     string   // when not captured: why it is not attributed
 	columns []string // shared by all rows built from this entry: never mutated
-	types   []uint32
+	oids    []uint32
+	types   []source.Type // parallel to columns, shared like it (types.go)
 }
 
 // NewDecoder returns a decoder capturing inserts into tables, each "schema.table" (a name without
@@ -211,12 +214,14 @@ func (d *Decoder) relation(r *reader) error {
 	qualified := ns + "." + name
 	rel := &relation{table: qualified, oid: id}
 	rel.columns = make([]string, n)
-	rel.types = make([]uint32, n)
+	rel.oids = make([]uint32, n)
+	rel.types = make([]source.Type, n)
+	notNull := d.notNull[id] // nil: unknown, every column nullable
 	for i := 0; i < n; i++ {
 		r.u8() // flags (part of the key)
 		rel.columns[i] = r.cstring()
-		rel.types[i] = r.u32()
-		r.u32() // type modifier
+		rel.oids[i] = r.u32()
+		rel.types[i] = columnType(rel.oids[i], int32(r.u32()), notNull[rel.columns[i]])
 	}
 	if r.err != nil {
 		return fmt.Errorf("pgoutput: Relation %s (id %d): %w", qualified, id, r.err)
@@ -269,7 +274,7 @@ func (d *Decoder) insert(r *reader, size int) (source.Tx, bool, error) {
 				break
 			}
 			start := len(buf)
-			if rel.types[i] == oidBytea {
+			if rel.oids[i] == oidBytea {
 				var err error
 				if buf, err = appendBytea(buf, data); err != nil {
 					return source.Tx{}, false, fmt.Errorf("pgoutput: Insert into %s: column %s: %w", rel.table, rel.columns[i], err)
@@ -291,7 +296,7 @@ func (d *Decoder) insert(r *reader, size int) (source.Tx, bool, error) {
 			return source.Tx{}, false, fmt.Errorf("pgoutput: Insert into %s: column %s: %w", rel.table, rel.columns[i], r.err)
 		}
 	}
-	tx, cut := d.add(source.Row{Table: rel.table, Columns: rel.columns, Values: vals}, len(buf)+source.RowOverhead)
+	tx, cut := d.add(source.Row{Table: rel.table, Columns: rel.columns, Values: vals, Types: rel.types}, len(buf)+source.RowOverhead)
 	return tx, cut, nil
 }
 

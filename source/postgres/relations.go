@@ -39,6 +39,16 @@ type Relations struct {
 	// change made while outboxd runs.
 	LoadedAt pglogrepl.LSN
 	Tables   []TableRelation
+	// NotNull is, per relation OID (the configured tables and their descendants), the set of its
+	// columns declared NOT NULL (pg_attribute.attnotnull), the source of each column's
+	// source.Type Optional: pgoutput's Relation message does not carry nullability. A relation
+	// or column it lacks is nullable (Optional true), as Debezium defaults a column whose
+	// optionality it could not read. Read at Open, like the rest of Relations: Debezium re-reads
+	// the catalog for every Relation message, but a query there would put I/O into the decoder
+	// and a round trip into the stream loop after every ALTER TABLE; nullability only shapes the
+	// json_schema "optional" flag, so a SET/DROP NOT NULL while outboxd runs shows from the next
+	// start (a relation looked up while streaming, lookupRelation, brings its own).
+	NotNull map[uint32]map[string]bool
 }
 
 // TableRelation is one table of source.tables as the catalog has it.
@@ -63,7 +73,8 @@ func (r RelationName) String() string { return r.Schema + "." + r.Table }
 type CatalogRelation struct {
 	Exists    bool
 	Name      RelationName
-	Ancestors []uint32 // pg_inherits parents, every level
+	Ancestors []uint32        // pg_inherits parents, every level
+	NotNull   map[string]bool // its NOT NULL columns (see Relations.NotNull); nil: unknown
 }
 
 // UnknownRelationError is returned by Decode for a Relation message whose OID the decoder cannot
@@ -156,8 +167,42 @@ func loadRelations(ctx context.Context, conn *pgx.Conn, tables []string) (*Relat
 			return nil, fmt.Errorf("list partitions and inheritance children of %s: %w", name, err)
 		}
 		rels.Tables = append(rels.Tables, t)
+		oids := []uint32{t.OID}
+		for _, d := range t.Descendants {
+			oids = append(oids, d.OID)
+		}
+		if err := loadNotNull(ctx, conn, oids, rels); err != nil {
+			return nil, fmt.Errorf("read the NOT NULL columns of %s and its partitions: %w", name, err)
+		}
 	}
 	return rels, nil
+}
+
+// notNullQuery lists the NOT NULL columns of the relations $1.
+const notNullQuery = `SELECT attrelid, attname FROM pg_attribute
+	WHERE attrelid = ANY($1::oid[]) AND attnum > 0 AND NOT attisdropped AND attnotnull`
+
+// loadNotNull adds the NOT NULL columns of oids to rels.NotNull.
+func loadNotNull(ctx context.Context, conn *pgx.Conn, oids []uint32, rels *Relations) error {
+	if rels.NotNull == nil {
+		rels.NotNull = make(map[uint32]map[string]bool)
+	}
+	for _, o := range oids { // a relation without NOT NULL columns is known too: an empty set
+		if rels.NotNull[o] == nil {
+			rels.NotNull[o] = map[string]bool{}
+		}
+	}
+	rows, err := conn.Query(ctx, notNullQuery, oids)
+	if err != nil {
+		return err
+	}
+	var oid uint32
+	var col string
+	_, err = pgx.ForEachRow(rows, []any{&oid, &col}, func() error {
+		rels.NotNull[oid][col] = true
+		return nil
+	})
+	return err
 }
 
 // lookupRelation reads relation oid's current name and ancestors.
@@ -177,6 +222,11 @@ func lookupRelation(ctx context.Context, conn *pgx.Conn, oid uint32) (CatalogRel
 		return cr, fmt.Errorf("look up relation OID %d: %w", oid, err)
 	}
 	cr.Exists = true
+	var rels Relations
+	if err := loadNotNull(ctx, conn, []uint32{oid}, &rels); err != nil {
+		return cr, fmt.Errorf("read the NOT NULL columns of relation OID %d: %w", oid, err)
+	}
+	cr.NotNull = rels.NotNull[oid]
 	return cr, nil
 }
 

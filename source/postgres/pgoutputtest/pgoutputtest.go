@@ -21,13 +21,26 @@ var Epoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 const (
 	OIDBool        = 16
 	OIDBytea       = 17
+	OIDName        = 19
 	OIDInt8        = 20
+	OIDInt2        = 21
 	OIDInt4        = 23
 	OIDText        = 25
+	OIDOID         = 26
 	OIDJSON        = 114
+	OIDXML         = 142
+	OIDFloat4      = 700
+	OIDFloat8      = 701
+	OIDMoney       = 790
 	OIDInet        = 869
+	OIDBpchar      = 1042
 	OIDVarchar     = 1043
+	OIDDate        = 1082
+	OIDTime        = 1083
+	OIDTimestamp   = 1114
 	OIDTimestamptz = 1184
+	OIDInterval    = 1186
+	OIDNumeric     = 1700
 	OIDUUID        = 2950
 	OIDJSONB       = 3802
 	OIDEnum        = 16390 // a user-defined enum's OID: unknown to the decoder
@@ -37,11 +50,21 @@ const (
 type Column struct {
 	Name string
 	OID  uint32 // the column's type OID
+	// Typmod is the column's type modifier (atttypmod) when TypmodSet; otherwise the message
+	// carries -1 (no modifier), as for most columns.
+	Typmod    int32
+	TypmodSet bool
+}
+
+// NumericTypmod is numeric(precision, scale)'s type modifier.
+func NumericTypmod(precision, scale int) int32 {
+	return int32(precision<<16|scale&0x7ff) + 4
 }
 
 // OutboxColumns is the outbox table as testenv.OutboxDDL creates it.
-var OutboxColumns = []Column{{"id", OIDUUID}, {"aggregatetype", OIDText}, {"aggregateid", OIDText},
-	{"type", OIDText}, {"payload", OIDJSONB}, {"created_at", OIDTimestamptz}}
+var OutboxColumns = []Column{{Name: "id", OID: OIDUUID}, {Name: "aggregatetype", OID: OIDText},
+	{Name: "aggregateid", OID: OIDText}, {Name: "type", OID: OIDText}, {Name: "payload", OID: OIDJSONB},
+	{Name: "created_at", OID: OIDTimestamptz}}
 
 // Value is one TupleData column: Kind 't' (text), 'n' (NULL), 'u' (unchanged TOASTed value) or
 // 'b' (binary); Data is the value of a 't' or 'b' column.
@@ -76,7 +99,8 @@ func (b Buf) Str(s string) Buf     { return append(append(b, s...), 0) } // a NU
 func (b Buf) Time(t time.Time) Buf { return b.U64(uint64(t.Sub(Epoch) / time.Microsecond)) }
 
 // Relation is a Relation message ('R') for table ns.name with relation OID id, replica
-// identity default, and the first column flagged as part of the key; typmods are -1.
+// identity default, and the first column flagged as part of the key; typmods are -1 unless a
+// Column sets one.
 func Relation(id uint32, ns, name string, cols ...Column) []byte {
 	b := Buf{'R'}.U32(id).Str(ns).Str(name).U8('d').U16(uint16(len(cols)))
 	for i, c := range cols {
@@ -84,7 +108,11 @@ func Relation(id uint32, ns, name string, cols ...Column) []byte {
 		if i == 0 {
 			flags = 1 // part of the key
 		}
-		b = b.U8(flags).Str(c.Name).U32(c.OID).U32(0xFFFFFFFF)
+		mod := uint32(0xFFFFFFFF)
+		if c.TypmodSet {
+			mod = uint32(c.Typmod)
+		}
+		b = b.U8(flags).Str(c.Name).U32(c.OID).U32(mod)
 	}
 	return b
 }
