@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/internal/testenv"
+	"github.com/outboxd/outboxd/internal/testenv/harness"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/sink/kafka"
 )
@@ -53,8 +54,10 @@ func TestEncodingE2E(t *testing.T) {
 		// Partition 7 of a 3-partition topic: dead-lettered (invalid_partition).
 		{aggID: "o-4", typ: "OrderCreated", payload: `{"a": "y"}`, p: 7},
 	}
-	for _, enc := range []string{"json", "json_schema"} {
-		t.Run(enc, func(t *testing.T) {
+	for _, run := range []struct{ name, enc string }{{"json", "json"}, {"json_schema", "json_schema"},
+		{"json_exactly_once", "json"}} { // the transactional producer: explicit partitions too
+		enc := run.enc
+		t.Run(run.name, func(t *testing.T) {
 			e := newEnv(t, `outbox:
   encoding: `+enc+`
   expand_json_payload: true
@@ -63,6 +66,10 @@ func TestEncodingE2E(t *testing.T) {
     - {column: deleted, placement: envelope}
     - {column: p, placement: partition}
 `)
+			eos := run.name == "json_exactly_once"
+			if eos {
+				e.editConfig("kafka:\n", "kafka:\n  delivery: exactly_once\n  transactional_id: encoding-e2e\n")
+			}
 			c := e.conn()
 			ctx := context.Background()
 			if _, err := c.Exec(ctx, "ALTER TABLE outbox ADD COLUMN deleted boolean NOT NULL DEFAULT false, ADD COLUMN p int4"); err != nil {
@@ -72,7 +79,14 @@ func TestEncodingE2E(t *testing.T) {
 			ids := e.insertRows(c, len(rows), `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, deleted, p)
 				VALUES (gen_random_uuid(), 'Order', $1, $2, $3::jsonb, $4, $5) RETURNING id::text`,
 				func(i int) []any { r := rows[i]; return []any{r.aggID, r.typ, r.payload, r.deleted, r.p} }, nil)
-			e.waitStored(e.walLSN(c), 60*time.Second)
+			if eos { // offsets live in Kafka: wait for the committed output instead
+				harness.WaitFor(t, 60*time.Second, "3 records and 1 dead letter committed", func() bool {
+					return len(testenv.ConsumeAll(t, e.broker.Addr(), `^outbox\.event\.Order$`)) == 3 &&
+						len(testenv.ConsumeAll(t, e.broker.Addr(), `outboxd\.dlq`)) == 1
+				})
+			} else {
+				e.waitStored(e.walLSN(c), 60*time.Second)
+			}
 
 			got := testenv.ConsumeAll(t, e.broker.Addr(), `^outbox\.event\.Order$`)
 			byID := map[string]testenv.Consumed{}
