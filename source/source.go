@@ -44,7 +44,8 @@ type Type struct {
 	// Optional is true when the column is nullable (the Connect schema's "optional").
 	Optional bool
 	// Scale and Precision describe a KindDecimal column (Debezium's "scale" and
-	// "connect.decimal.precision" schema parameters); Precision 0 means unconstrained.
+	// "connect.decimal.precision" schema parameters); Precision 0 means unconstrained (PostgreSQL
+	// numeric without a typmod, Debezium's VariableScaleDecimal; Scale is then 0).
 	Scale, Precision int
 }
 
@@ -67,7 +68,8 @@ const (
 	KindInt32
 	KindInt64
 	// KindFloat32, KindFloat64 are Connect float32/float64: the database's number text
-	// (PostgreSQL also prints NaN, Infinity, -Infinity).
+	// (PostgreSQL also prints NaN, Infinity, -Infinity; MySQL's is Go's shortest round-trip form,
+	// e.g. "1.5", "1e+20").
 	KindFloat32
 	KindFloat64
 	// KindDecimal is org.apache.kafka.connect.data.Decimal (decimal.handling.mode=precise): the

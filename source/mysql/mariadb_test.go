@@ -145,6 +145,7 @@ func harness(t *testing.T, m *testenv.MariaDB, table, idType string, useGTID *bo
 		Compare:   ComparePosition,
 		ChunkRows: 7,
 		ErrClosed: ErrClosed,
+		Types:     true,
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/outboxd/outboxd/source"
 )
 
 // schemaCol is one column as information_schema, or a DDL statement read from the binlog,
@@ -110,6 +112,7 @@ type tableDesc struct {
 	name  string   // the table as configured, for Row.Table
 	names []string // shared by every Row decoded with this description
 	cols  []column
+	kinds []source.Type // parallel to names, shared like it (types.go)
 
 	// The TableMapEvent layout this description was built from.
 	types    []byte
@@ -149,7 +152,7 @@ func buildDesc(name string, tm *replication.TableMapEvent, sch *tableSchema, ver
 	n := int(tm.ColumnCount)
 	d := &tableDesc{name: name, types: bytes.Clone(tm.ColumnType), meta: slices.Clone(tm.ColumnMeta),
 		signed: bytes.Clone(tm.SignednessBitmap), defCs: slices.Clone(tm.DefaultCharset),
-		colCs: slices.Clone(tm.ColumnCharset), version: version, cols: make([]column, n)}
+		colCs: slices.Clone(tm.ColumnCharset), version: version, cols: make([]column, n), kinds: make([]source.Type, n)}
 	for _, cn := range tm.ColumnName {
 		d.colNames = append(d.colNames, bytes.Clone(cn))
 	}
@@ -216,6 +219,8 @@ func buildDesc(name string, tm *replication.TableMapEvent, sch *tableSchema, ver
 		if sc != nil && c.set == nil && c.typ == gomysql.MYSQL_TYPE_SET {
 			c.set = sc.Values
 		}
+		known, nullable := tm.Nullable(i)
+		d.kinds[i] = columnType(c, tm.ColumnMeta[i], known, nullable)
 	}
 	return d, nil
 }

@@ -345,7 +345,7 @@ func (a *assembler) rowsEvent(h *replication.EventHeader, e *replication.RowsEve
 	}
 	a.roomRows(k - skip)
 	for i := skip; i < k; i++ {
-		a.rows = append(a.rows, source.Row{Table: name, Columns: d.names, Values: vals[i*n : (i+1)*n : (i+1)*n]})
+		a.rows = append(a.rows, source.Row{Table: name, Columns: d.names, Values: vals[i*n : (i+1)*n : (i+1)*n], Types: d.kinds})
 	}
 	a.rowBytes += size
 	return nil

@@ -148,6 +148,7 @@ func TestConformance(t *testing.T) {
 		},
 		ChunkRows: conformanceChunkRows,
 		ErrClosed: ErrClosed,
+		Types:     true,
 		Insert: func(t *testing.T, evs ...sourcetest.Event) {
 			inTx(t, conn, false, func(tx pgx.Tx) {
 				for _, ev := range evs {

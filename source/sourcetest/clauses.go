@@ -314,7 +314,7 @@ func checkChunked(t *testing.T, h Harness, chunks []source.Tx, evs []Event, whol
 		t.Fatalf("chunks hold %d rows, the transaction %d", len(rows), len(evs))
 	}
 	for i := range rows {
-		checkRow(t, h.Table, rows[i], evs[i])
+		checkRow(t, h, rows[i], evs[i])
 	}
 }
 

@@ -57,6 +57,9 @@ type Harness struct {
 	ChunkRows int
 	// ErrClosed is what Next returns (errors.Is) once Close ended it. Required.
 	ErrClosed error
+	// Types says the source fills Row.Types: then every row must carry them. Either way a row
+	// with Types has one per column (len(Types) == len(Columns)).
+	Types bool
 }
 
 // Scope is one position namespace of the adapter: sources of one scope resume each other's
@@ -190,7 +193,7 @@ func expectTx(t *testing.T, h Harness, tx source.Tx, evs ...Event) {
 		t.Fatalf("transaction has %d rows, want %d (%+v)", len(tx.Rows), len(evs), tx.Rows)
 	}
 	for i, ev := range evs {
-		checkRow(t, h.Table, tx.Rows[i], ev)
+		checkRow(t, h, tx.Rows[i], ev)
 	}
 	if tx.More {
 		t.Fatalf("a transaction of %d rows (under ChunkRows %d) came with More set", len(evs), h.ChunkRows)
@@ -203,10 +206,13 @@ func expectTx(t *testing.T, h Harness, tx source.Tx, evs ...Event) {
 	}
 }
 
-func checkRow(t *testing.T, table string, r source.Row, ev Event) {
+func checkRow(t *testing.T, h Harness, r source.Row, ev Event) {
 	t.Helper()
-	if r.Table != table {
-		t.Errorf("row table %q, want %q", r.Table, table)
+	if r.Table != h.Table {
+		t.Errorf("row table %q, want %q", r.Table, h.Table)
+	}
+	if p := typesProblem(h, r); p != "" {
+		t.Error(p)
 	}
 	want := map[string]string{"id": ev.ID, "aggregatetype": ev.AggregateType, "aggregateid": ev.AggregateID, "type": ev.Type}
 	for col, w := range want {
@@ -226,6 +232,17 @@ func checkRow(t *testing.T, table string, r source.Row, ev Event) {
 	if !jsonEqualish(p.Bytes, []byte(ev.Payload)) {
 		t.Errorf("payload %q, want the JSON %q", p.Bytes, ev.Payload)
 	}
+}
+
+// typesProblem says what is wrong with r's Types, or "".
+func typesProblem(h Harness, r source.Row) string {
+	switch {
+	case r.Types == nil && h.Types:
+		return "row without Types (Harness.Types says the source fills them)"
+	case r.Types != nil && len(r.Types) != len(r.Columns):
+		return fmt.Sprintf("row has %d Types for %d Columns (%v): Types must be parallel to Columns", len(r.Types), len(r.Columns), r.Columns)
+	}
+	return ""
 }
 
 // jsonEqualish compares JSON texts ignoring insignificant whitespace (PostgreSQL's jsonb and
