@@ -24,7 +24,9 @@ type ExpandOptions struct {
 	// them with an optional bytes schema.
 	NullBehavior string
 	// EmptyArrayBehavior: EmptyArrayIgnore ("" too) drops fields whose value is an empty array;
-	// EmptyArrayOptionalString keeps them as arrays of optional strings.
+	// EmptyArrayOptionalString keeps them as arrays of optional strings. The option
+	// (table.json.payload.empty.array.behavior, dbz#921) is newer than Debezium 3.6.1, which always
+	// ignores; pass EmptyArrayIgnore to match 3.6.1.
 	EmptyArrayBehavior string
 }
 
@@ -66,6 +68,10 @@ var ErrRecordFails = errors.New("expanded payload fails to convert in Debezium")
 // Errors: ErrNotExpanded, ErrSchemaless or ErrRecordFails (wrapped, with the reason). Expand never
 // panics and allocates in proportion to len(payload).
 func Expand(payload []byte, o ExpandOptions) (Value, *Schema, error) {
+	return expand(payload, o, false)
+}
+
+func expand(payload []byte, o ExpandOptions, reverse bool) (Value, *Schema, error) {
 	if len(payload) == 0 || payload[0] != '{' && payload[0] != '[' {
 		return Value{}, nil, fmt.Errorf("%w: it does not start with '{' or '['", ErrNotExpanded)
 	}
@@ -74,7 +80,7 @@ func Expand(payload []byte, o ExpandOptions) (Value, *Schema, error) {
 	if err != nil {
 		return Value{}, nil, fmt.Errorf("%w: %v", ErrNotExpanded, err)
 	}
-	inf := inferrer{nullBytes: o.NullBehavior == NullOptionalBytes, emptyString: o.EmptyArrayBehavior == EmptyArrayOptionalString}
+	inf := inferrer{nullBytes: o.NullBehavior == NullOptionalBytes, emptyString: o.EmptyArrayBehavior == EmptyArrayOptionalString, reverse: reverse}
 	s, err := inf.schema(o.Name, false, root)
 	if err != nil {
 		return Value{}, nil, fmt.Errorf("%w: %v", ErrNotExpanded, err)
@@ -103,6 +109,9 @@ var (
 
 type inferrer struct {
 	nullBytes, emptyString bool
+	// reverse merges an array's distinct element schemas last-seen first: the other order Java's
+	// HashSet may iterate them in (tests only).
+	reverse bool
 }
 
 // schema is JsonSchemaData.toConnectSchema; keyNull is Java's key == null. A nil schema (no
@@ -139,6 +148,10 @@ func (in *inferrer) schema(key string, keyNull bool, n *node) (*Schema, error) {
 				return nil, err
 			}
 			if fs != nil {
+				if k == "" {
+					// SchemaBuilder.field: "fieldName cannot be null."
+					return nil, errors.New("a field with an empty name")
+				}
 				s.Fields = append(s.Fields, Field{Name: k, Schema: fs})
 			}
 		}
@@ -223,8 +236,11 @@ func (in *inferrer) arrayItems(key string, keyNull bool, n *node) (*Schema, erro
 		}
 	}
 	var merged *Schema
-	for _, s := range distinct {
-		merged = mergeSchema(merged, s)
+	for i := range distinct {
+		if in.reverse {
+			i = len(distinct) - 1 - i
+		}
+		merged = mergeSchema(merged, distinct[i])
 	}
 	return merged, nil
 }

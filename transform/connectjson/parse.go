@@ -208,9 +208,7 @@ func isIdentPart(c byte) bool {
 
 func (p *parser) number() (*node, error) {
 	start := p.pos
-	neg := false
 	if p.s[p.pos] == '-' {
-		neg = true
 		p.pos++
 	}
 	intStart := p.pos
@@ -225,6 +223,7 @@ func (p *parser) number() (*node, error) {
 		return nil, p.fail("leading zeros in a number")
 	}
 	isFloat := false
+	digits := intDigits
 	if p.pos < len(p.s) && p.s[p.pos] == '.' {
 		isFloat = true
 		p.pos++
@@ -235,6 +234,7 @@ func (p *parser) number() (*node, error) {
 		if p.pos == fs {
 			return nil, p.fail("decimal point not followed by a digit")
 		}
+		digits += p.pos - fs
 	}
 	if p.pos < len(p.s) && (p.s[p.pos] == 'e' || p.s[p.pos] == 'E') {
 		isFloat = true
@@ -249,12 +249,13 @@ func (p *parser) number() (*node, error) {
 		if p.pos == es {
 			return nil, p.fail("exponent indicator not followed by a digit")
 		}
+		digits += p.pos - es
 	}
 	text := string(p.s[start:p.pos])
-	if p.pos-start > maxNumberLength {
-		return nil, p.fail("number longer than 1000 characters")
+	// StreamReadConstraints.validateIntegerLength / validateFPLength: digits only, no sign or dot.
+	if digits > maxNumberLength {
+		return nil, p.fail("number with more than 1000 digits")
 	}
-	_ = neg
 	if isFloat {
 		f, err := strconv.ParseFloat(text, 64)
 		if err != nil && !errors.Is(err, strconv.ErrRange) {
@@ -288,7 +289,7 @@ func (p *parser) str(limit int) (string, error) {
 		case c == '"':
 			out = append(out, p.s[start:p.pos]...)
 			p.pos++
-			if utf8.RuneCount(out) > limit { // approximates Java's char count (close enough for a limit)
+			if len(out) > limit && utf16Len(out) > limit {
 				return "", p.fail("string longer than the limit")
 			}
 			return string(out), nil
@@ -372,4 +373,16 @@ func appendWTF8(out []byte, r rune) []byte {
 		return append(out, 0xED, byte(0x80|(r>>6)&0x3F), byte(0x80|r&0x3F))
 	}
 	return utf8.AppendRune(out, r)
+}
+
+// utf16Len is the length of the WTF-8 string b in Java chars.
+func utf16Len(b []byte) int {
+	n := 0
+	for _, r := range string(b) {
+		n++
+		if r > 0xFFFF {
+			n++
+		}
+	}
+	return n
 }

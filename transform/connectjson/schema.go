@@ -1,6 +1,9 @@
 package connectjson
 
-import "strconv"
+import (
+	"fmt"
+	"strconv"
+)
 
 // Type is a Kafka Connect schema type (org.apache.kafka.connect.data.Schema.Type), named as Connect
 // names it.
@@ -95,13 +98,25 @@ func jsonTypeName(t Type) string {
 // A nil s appends null (the envelope of a schemaless value). A Default value is written with
 // AppendValue's rules; an error there is returned.
 func AppendSchema(dst []byte, s *Schema) ([]byte, error) {
-	return appendSchema(dst, s, "", false)
+	return appendSchema(dst, s, "", false, 0)
 }
 
-// appendSchema writes s; isField adds the "field" key of a struct field schema.
-func appendSchema(dst []byte, s *Schema, field string, isField bool) ([]byte, error) {
+// maxWriteDepth is Jackson's StreamWriteConstraints.DEFAULT_MAX_DEPTH: a generator refuses to open
+// a 1001st nested array or object.
+const maxWriteDepth = 1000
+
+func errTooDeep() error {
+	return fmt.Errorf("JSON nesting deeper than %d (Jackson's StreamWriteConstraints): %w", maxWriteDepth, ErrConversion)
+}
+
+// appendSchema writes s inside depth open containers; isField adds the "field" key of a struct
+// field schema.
+func appendSchema(dst []byte, s *Schema, field string, isField bool, depth int) ([]byte, error) {
 	if s == nil {
 		return append(dst, "null"...), nil
+	}
+	if depth+1 > maxWriteDepth || depth+2 > maxWriteDepth && (s.Type == TypeStruct || s.Parameters != nil) {
+		return dst, errTooDeep()
 	}
 	var err error
 	dst = append(dst, `{"type":`...)
@@ -109,16 +124,16 @@ func appendSchema(dst []byte, s *Schema, field string, isField bool) ([]byte, er
 	switch s.Type {
 	case TypeArray:
 		dst = append(dst, `,"items":`...)
-		if dst, err = appendSchema(dst, s.Items, "", false); err != nil {
+		if dst, err = appendSchema(dst, s.Items, "", false, depth+1); err != nil {
 			return dst, err
 		}
 	case TypeMap:
 		dst = append(dst, `,"keys":`...)
-		if dst, err = appendSchema(dst, s.Keys, "", false); err != nil {
+		if dst, err = appendSchema(dst, s.Keys, "", false, depth+1); err != nil {
 			return dst, err
 		}
 		dst = append(dst, `,"values":`...)
-		if dst, err = appendSchema(dst, s.Items, "", false); err != nil {
+		if dst, err = appendSchema(dst, s.Items, "", false, depth+1); err != nil {
 			return dst, err
 		}
 	case TypeStruct:
@@ -127,7 +142,7 @@ func appendSchema(dst []byte, s *Schema, field string, isField bool) ([]byte, er
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			if dst, err = appendSchema(dst, f.Schema, f.Name, true); err != nil {
+			if dst, err = appendSchema(dst, f.Schema, f.Name, true, depth+2); err != nil {
 				return dst, err
 			}
 		}
@@ -164,7 +179,7 @@ func appendSchema(dst []byte, s *Schema, field string, isField bool) ([]byte, er
 	}
 	if s.Default != nil {
 		dst = append(dst, `,"default":`...)
-		if dst, err = AppendValue(dst, *s.Default, s); err != nil {
+		if dst, err = appendValue(dst, *s.Default, s, depth+1); err != nil {
 			return dst, err
 		}
 	}

@@ -122,12 +122,17 @@ var ErrConversion = errors.New("value does not fit its schema")
 // required schema without default, or a value whose kind does not match s.Type, is an error
 // wrapping ErrConversion (where Java fails the task). A nil s accepts any value (schemaless).
 func AppendValue(dst []byte, v Value, s *Schema) ([]byte, error) {
+	return appendValue(dst, v, s, 0)
+}
+
+// appendValue writes v inside depth open containers.
+func appendValue(dst []byte, v Value, s *Schema, depth int) ([]byte, error) {
 	if v.kind == KindNull {
 		if s == nil {
 			return append(dst, "null"...), nil
 		}
 		if s.Default != nil && s.Default.kind != KindNull {
-			return AppendValue(dst, *s.Default, s)
+			return appendValue(dst, *s.Default, s, depth)
 		}
 		if s.Optional {
 			return append(dst, "null"...), nil
@@ -136,6 +141,9 @@ func AppendValue(dst []byte, v Value, s *Schema) ([]byte, error) {
 	}
 	if s != nil && !kindFits(v.kind, s.Type) {
 		return dst, fmt.Errorf("a %s value for a %s schema: %w", kindName(v.kind), s.Type, ErrConversion)
+	}
+	if (v.kind == KindArray || v.kind == KindStruct || v.kind == KindMap) && depth+1 > maxWriteDepth {
+		return dst, errTooDeep()
 	}
 	var err error
 	switch v.kind {
@@ -164,13 +172,13 @@ func AppendValue(dst []byte, v Value, s *Schema) ([]byte, error) {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			if dst, err = AppendValue(dst, e, items); err != nil {
+			if dst, err = appendValue(dst, e, items, depth+1); err != nil {
 				return dst, err
 			}
 		}
 		return append(dst, ']'), nil
 	case KindMap:
-		return appendMap(dst, v, s)
+		return appendMap(dst, v, s, depth)
 	case KindStruct:
 		if s == nil {
 			return dst, fmt.Errorf("a struct value without a schema: %w", ErrConversion)
@@ -185,7 +193,7 @@ func AppendValue(dst []byte, v Value, s *Schema) ([]byte, error) {
 			}
 			dst = appendString(dst, []byte(f.Name), true)
 			dst = append(dst, ':')
-			if dst, err = AppendValue(dst, v.elems[i], f.Schema); err != nil {
+			if dst, err = appendValue(dst, v.elems[i], f.Schema, depth+1); err != nil {
 				return dst, fmt.Errorf("field %q: %w", f.Name, err)
 			}
 		}
@@ -196,7 +204,7 @@ func AppendValue(dst []byte, v Value, s *Schema) ([]byte, error) {
 
 // appendMap writes a map as JsonConverter does: a JSON object when the key schema is string (or,
 // schemaless, every key is a string), else an array of [key, value] pairs.
-func appendMap(dst []byte, v Value, s *Schema) ([]byte, error) {
+func appendMap(dst []byte, v Value, s *Schema, depth int) ([]byte, error) {
 	var ks, vs *Schema
 	object := true
 	if s != nil {
@@ -226,17 +234,20 @@ func appendMap(dst []byte, v Value, s *Schema) ([]byte, error) {
 			}
 			dst = appendString(dst, []byte(k.str), k.wtf8)
 			dst = append(dst, ':')
-			if dst, err = AppendValue(dst, v.elems[i+1], vs); err != nil {
+			if dst, err = appendValue(dst, v.elems[i+1], vs, depth+1); err != nil {
 				return dst, err
 			}
 			continue
 		}
+		if depth+2 > maxWriteDepth {
+			return dst, errTooDeep()
+		}
 		dst = append(dst, '[')
-		if dst, err = AppendValue(dst, v.elems[i], ks); err != nil {
+		if dst, err = appendValue(dst, v.elems[i], ks, depth+2); err != nil {
 			return dst, err
 		}
 		dst = append(dst, ',')
-		if dst, err = AppendValue(dst, v.elems[i+1], vs); err != nil {
+		if dst, err = appendValue(dst, v.elems[i+1], vs, depth+1); err != nil {
 			return dst, err
 		}
 		dst = append(dst, ']')
@@ -281,11 +292,11 @@ func kindName(k Kind) string {
 func AppendEnvelope(dst []byte, v Value, s *Schema) ([]byte, error) {
 	var err error
 	dst = append(dst, `{"schema":`...)
-	if dst, err = AppendSchema(dst, s); err != nil {
+	if dst, err = appendSchema(dst, s, "", false, 1); err != nil {
 		return dst, err
 	}
 	dst = append(dst, `,"payload":`...)
-	if dst, err = AppendValue(dst, v, s); err != nil {
+	if dst, err = appendValue(dst, v, s, 1); err != nil {
 		return dst, err
 	}
 	return append(dst, '}'), nil
