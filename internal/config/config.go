@@ -80,6 +80,9 @@ type Outbox struct {
 	ExpandJSONPayload bool `yaml:"expand_json_payload"`
 	// Fields is Debezium's table.fields.additional.placement, as a list.
 	Fields []Field `yaml:"fields,omitempty"`
+	// SchemaNamePrefix is Debezium's topic.prefix as it appears in the envelope's schema name
+	// (json_schema with an envelope field).
+	SchemaNamePrefix string `yaml:"schema_name_prefix"`
 	// MissingField is what a Fields column the table lacks does: error | ignore
 	// (Debezium's table.field.additional.missing).
 	MissingField string `yaml:"missing_field"`

@@ -14,7 +14,8 @@ func OutboxConfig(c *Config) outbox.Config {
 		PayloadColumn: o.Columns.Payload, Topic: o.Topic, TopicRegex: o.TopicRegex,
 		TombstoneOnEmptyPayload: o.TombstoneOnEmptyPayload, NullKey: o.NullKey,
 		Encoding: o.Encoding, ExpandJSONPayload: o.ExpandJSONPayload, MissingField: o.MissingField,
-		HeaderValues: o.HeaderValues, Timestamp: o.Timestamp, TracingColumn: DefaultTracingColumn}
+		HeaderValues: o.HeaderValues, Timestamp: o.Timestamp, TracingColumn: DefaultTracingColumn,
+		SchemaNamePrefix: o.SchemaNamePrefix}
 	if o.TracingColumn != nil {
 		oc.TracingColumn, oc.TracingColumnSet = *o.TracingColumn, true
 	}

@@ -23,15 +23,16 @@ type encodingRow struct {
 }
 
 // TestEncodingE2E runs the real binary with outbox.encoding json and json_schema, each with
-// outbox.expand_json_payload, an envelope (type as eventType, the boolean deleted) and a
-// partition column (int4 p), and reads back every record: exact key and value bytes (as
-// JsonConverter writes Debezium's Outbox Event Router output, PostgreSQL connector types), the
-// partition (the column's, or the Java partitioner's over the encoded key bytes), and the row
-// whose partition the topic lacks dead-lettered with reason invalid_partition.
+// outbox.expand_json_payload, an envelope (type as eventType, the boolean deleted), a partition
+// column (int4 p) and outbox.schema_name_prefix (Debezium's topic.prefix in the envelope's schema
+// name), and reads back every record: exact key and value bytes (as JsonConverter writes
+// Debezium's Outbox Event Router output, PostgreSQL connector types), the partition (the
+// column's, or the Java partitioner's over the encoded key bytes), and the row whose partition
+// the topic lacks dead-lettered with reason invalid_partition.
 func TestEncodingE2E(t *testing.T) {
 	const envSchema = `{"type":"struct","fields":[%s,` +
 		`{"type":"string","optional":true,"field":"eventType"},` +
-		`{"type":"boolean","optional":false,"field":"deleted"}],"optional":false,"name":"public.outbox.Order.Value"}`
+		`{"type":"boolean","optional":false,"field":"deleted"}],"optional":false,"name":"dbserver1.public.outbox.Order.Value"}`
 	const jsonSchemaPayload = `{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1,"field":"payload"}`
 	const expandedSchema = `{"type":"struct","fields":[{"type":"string","optional":true,"field":"a"},` +
 		`{"type":"array","items":{"type":"int32","optional":true},"optional":true,"field":"b"}],"optional":true,"name":"payload","field":"payload"}`
@@ -60,6 +61,7 @@ func TestEncodingE2E(t *testing.T) {
 		t.Run(run.name, func(t *testing.T) {
 			e := newEnv(t, `outbox:
   encoding: `+enc+`
+  schema_name_prefix: dbserver1
   expand_json_payload: true
   fields:
     - {column: type, placement: envelope, alias: eventType}

@@ -149,8 +149,13 @@ func (r *Router) write(v connectjson.Value, s *connectjson.Schema) ([]byte, erro
 // value. A column the row lacks is an error, or left out of schema and value with
 // outbox.missing_field: ignore.
 func (r *Router) encodeEnvelope(rec *sink.Record, row *source.Row, pv connectjson.Value, ps *connectjson.Schema) error {
-	s := &connectjson.Schema{Type: connectjson.TypeStruct, Name: r.envelopeSchemaName(row),
-		Fields: make([]connectjson.Field, 1, 1+len(r.envelope))}
+	s := &connectjson.Schema{Type: connectjson.TypeStruct, Fields: make([]connectjson.Field, 1, 1+len(r.envelope))}
+	if r.enc == encJSONSchema { // the name is only visible with schemas
+		var err error
+		if s.Name, err = r.envelopeName(row, ps); err != nil {
+			return err
+		}
+	}
 	s.Fields[0] = connectjson.Field{Name: envelopePayload, Schema: ps}
 	vals := make([]connectjson.Value, 1, 1+len(r.envelope))
 	vals[0] = pv
@@ -173,6 +178,33 @@ func (r *Router) encodeEnvelope(rec *sink.Record, row *source.Row, pv connectjso
 	rec.Value, err = r.write(connectjson.Struct(vals), s)
 	return err
 }
+
+// envelopeName is the envelope's schema name as Debezium gives it: ERD.getValueSchema caches the
+// envelope schema per payload schema (payloadSchemaCache, 10000 entries), so every record whose
+// payload has the same Connect schema carries the name built for the first such record since
+// the task started, whatever its own aggregate type. With a json/jsonb payload (one schema for
+// every row) that is the first row's aggregate type since outboxd started. Beyond
+// maxEnvelopeNames payload schemas, names are built per row.
+func (r *Router) envelopeName(row *source.Row, ps *connectjson.Schema) (string, error) {
+	k, err := connectjson.AppendSchema(nil, ps)
+	if err != nil {
+		return "", &Error{Reason: "invalid_value", Column: r.cfg.PayloadColumn, Msg: fmt.Sprintf("payload schema: %v", err)}
+	}
+	if n, ok := r.envNames.Load(string(k)); ok {
+		return n.(string), nil
+	}
+	name := r.envelopeSchemaName(row)
+	if r.envNamesLen.Load() >= maxEnvelopeNames {
+		return name, nil
+	}
+	n, loaded := r.envNames.LoadOrStore(string(k), name)
+	if !loaded {
+		r.envNamesLen.Add(1)
+	}
+	return n.(string), nil
+}
+
+const maxEnvelopeNames = 10000
 
 // envelopeSchemaName is ERD.getSchemaName: the change event's value schema name
 // (<topic.prefix>.<schema>.<table>.Value, <prefix>.<db>.<table>.Value on MySQL) with the row's

@@ -449,3 +449,42 @@ func BenchmarkRouteEncoded(b *testing.B) {
 		})
 	}
 }
+
+// Debezium caches the envelope schema per payload schema (ERD payloadSchemaCache), so the name
+// is the first record's route value for every later record with the same payload schema
+// (real Debezium 3.6.1, dbz-golden setup D: dbzD.Customer records carry
+// dbserver1.public.outbox.Order.Value). A payload of another schema (expanded) gets its own.
+func TestEnvelopeSchemaNameCache(t *testing.T) {
+	cfg := cfgWith(func(c *Config) {
+		c.Encoding, c.SchemaNamePrefix, c.ExpandJSONPayload = EncodingJSONSchema, "dbserver1", true
+		c.Fields = []Field{{Column: "type", Placement: PlacementEnvelope}}
+	})
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(aggType, payload string) string {
+		rec, err := r.Route(trow(typed("id", source.KindUUID, uid), str("aggregatetype", aggType), str("aggregateid", "k"),
+			str("type", "T"), typed("payload", source.KindJSON, payload)), time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := strings.Index(string(rec.Value), `"name":"dbserver1.`)
+		j := strings.Index(string(rec.Value), `.Value"`)
+		if i < 0 || j < i {
+			t.Fatalf("no envelope name in %s", rec.Value)
+		}
+		return string(rec.Value[i+len(`"name":"`) : j+len(".Value")])
+	}
+	for _, c := range []struct{ aggType, payload, want string }{
+		{"Order", `"s"`, "dbserver1.public.outbox.Order.Value"},
+		{"Customer", `"t"`, "dbserver1.public.outbox.Order.Value"}, // same (string) payload schema: Order's
+		{"Customer", `{"a": 1}`, "dbserver1.public.outbox.Customer.Value"},
+		{"Order", `{"a": 2}`, "dbserver1.public.outbox.Customer.Value"},
+		{"Order", `{"b": 2}`, "dbserver1.public.outbox.Order.Value"},
+	} {
+		if got := at(c.aggType, c.payload); got != c.want {
+			t.Errorf("%s %s: name %s, want %s", c.aggType, c.payload, got, c.want)
+		}
+	}
+}

@@ -138,6 +138,8 @@ type Router struct {
 	enc          encoding // encode.go
 	envelope     []Field  // the envelope placements of Config.Fields, Alias set
 	partitionCol string   // the partition placement's column, "" = none
+	envNames     sync.Map // payload schema JSON → envelope schema name (encode.go envelopeName)
+	envNamesLen  atomic.Int64
 
 	// topics memoises prefix + aggregate type + suffix for valid topic names, so a row of a known
 	// aggregate type costs one map lookup (no allocation, no validation). Copy-on-write: readers
