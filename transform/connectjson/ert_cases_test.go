@@ -1,0 +1,43 @@
+package connectjson
+
+// eventRouterTestCases are the payloads of Debezium's EventRouterTest expand tests (3.6.1) with the
+// exact bytes real Debezium 3.6.1 + JsonConverter 4.4.0 wrote for them (testdata/oracle), schemas
+// off and on. The Java tests assert on the Struct; these are the bytes those Structs become.
+var eventRouterTestCases = []struct{ test, payload, off, on string }{
+	{"canExpandJsonPayloadIfConfigured",
+		`{"fullName": "John Doe", "enabled": true, "rating": 4.9, "age": 42, "pets": ["dog", "cat"], "petObjects": [{"type": "dog"}, {"type": "cat"}]}`,
+		`{"fullName":"John Doe","enabled":true,"rating":4.9,"age":42,"pets":["dog","cat"],"petObjects":[{"type":"dog"},{"type":"cat"}]}`,
+		`{"schema":{"type":"struct","fields":[{"type":"string","optional":true,"field":"fullName"},{"type":"boolean","optional":true,"field":"enabled"},{"type":"double","optional":true,"field":"rating"},{"type":"int32","optional":true,"field":"age"},{"type":"array","items":{"type":"string","optional":true},"optional":true,"field":"pets"},{"type":"array","items":{"type":"struct","fields":[{"type":"string","optional":true,"field":"type"}],"optional":true,"name":"payload.petObjects"},"optional":true,"field":"petObjects"}],"optional":true,"name":"payload"},"payload":{"fullName":"John Doe","enabled":true,"rating":4.9,"age":42,"pets":["dog","cat"],"petObjects":[{"type":"dog"},{"type":"cat"}]}}`},
+	{"canExpandJsonWithNestedArraysWhereFirstArrayIsEmpty",
+		`{"fullName": "John Doe", "petObjects": [{"type": "dog", "colors": []}, {"type": "cat", "colors": [{"name": "white"}]}]}`,
+		`{"fullName":"John Doe","petObjects":[{"type":"dog","colors":[]},{"type":"cat","colors":[{"name":"white"}]}]}`,
+		`{"schema":{"type":"struct","fields":[{"type":"string","optional":true,"field":"fullName"},{"type":"array","items":{"type":"struct","fields":[{"type":"string","optional":true,"field":"type"},{"type":"array","items":{"type":"struct","fields":[{"type":"string","optional":true,"field":"name"}],"optional":true,"name":"payload.petObjects.colors"},"optional":true,"field":"colors"}],"optional":false,"name":"payload.petObjects"},"optional":true,"field":"petObjects"}],"optional":true,"name":"payload"},"payload":{"fullName":"John Doe","petObjects":[{"type":"dog","colors":[]},{"type":"cat","colors":[{"name":"white"}]}]}}`},
+	{"shouldExpandJSONPayloadWithEmptyArrayAndRemoveThatArray",
+		`{"fullName": "John Doe", "petObjects": [{"type": "dog", "colors": []}]}`,
+		`{"fullName":"John Doe","petObjects":[{"type":"dog"}]}`,
+		`{"schema":{"type":"struct","fields":[{"type":"string","optional":true,"field":"fullName"},{"type":"array","items":{"type":"struct","fields":[{"type":"string","optional":true,"field":"type"}],"optional":true,"name":"payload.petObjects"},"optional":true,"field":"petObjects"}],"optional":true,"name":"payload"},"payload":{"fullName":"John Doe","petObjects":[{"type":"dog"}]}}`},
+	{"shouldNotExpandJSONPayloadIfNotConfigured (its payload, expanded)",
+		`{"fullName": "John Doe", "rating": 4.9, "age": 42}`,
+		`{"fullName":"John Doe","rating":4.9,"age":42}`,
+		`{"schema":{"type":"struct","fields":[{"type":"string","optional":true,"field":"fullName"},{"type":"double","optional":true,"field":"rating"},{"type":"int32","optional":true,"field":"age"}],"optional":true,"name":"payload"},"payload":{"fullName":"John Doe","rating":4.9,"age":42}}`},
+	{"canExpandJsonPayloadWithAdditionalFieldInEnvelope (its payload)",
+		`{"fullName": "John Doe"}`,
+		`{"fullName":"John Doe"}`,
+		`{"schema":{"type":"struct","fields":[{"type":"string","optional":true,"field":"fullName"}],"optional":true,"name":"payload"},"payload":{"fullName":"John Doe"}}`},
+	{"canExpandJsonArrayWithFirstElementNull",
+		`{"fullName": "John Doe", "numbers": [null, 2, 3]}`,
+		`{"fullName":"John Doe","numbers":[null,2,3]}`,
+		`{"schema":{"type":"struct","fields":[{"type":"string","optional":true,"field":"fullName"},{"type":"array","items":{"type":"int32","optional":true},"optional":true,"field":"numbers"}],"optional":true,"name":"payload"},"payload":{"fullName":"John Doe","numbers":[null,2,3]}}`},
+	{"canExpandJsonArrayWithComplexElements (first record)",
+		`{"id":"1028cbab-c55b-4dab-a367-7d9471466a59","attributes":[{"id":"10911586","adr":null,"eans":[{"code":"2007000013656","createdAt":"2022-06-08T11:33:16.465Z"}],"purchaseBusinessStatus":"BLOCOM","isCanBeReturnToSupplier":false,"purchaseWarehouseStatus":"NONAUT"}]}`,
+		`{"id":"1028cbab-c55b-4dab-a367-7d9471466a59","attributes":[{"id":"10911586","eans":[{"code":"2007000013656","createdAt":"2022-06-08T11:33:16.465Z"}],"purchaseBusinessStatus":"BLOCOM","isCanBeReturnToSupplier":false,"purchaseWarehouseStatus":"NONAUT"}]}`,
+		`{"schema":{"type":"struct","fields":[{"type":"string","optional":true,"field":"id"},{"type":"array","items":{"type":"struct","fields":[{"type":"string","optional":true,"field":"id"},{"type":"array","items":{"type":"struct","fields":[{"type":"string","optional":true,"field":"code"},{"type":"string","optional":true,"field":"createdAt"}],"optional":true,"name":"payload.attributes.eans"},"optional":true,"field":"eans"},{"type":"string","optional":true,"field":"purchaseBusinessStatus"},{"type":"boolean","optional":true,"field":"isCanBeReturnToSupplier"},{"type":"string","optional":true,"field":"purchaseWarehouseStatus"}],"optional":true,"name":"payload.attributes"},"optional":true,"field":"attributes"}],"optional":true,"name":"payload"},"payload":{"id":"1028cbab-c55b-4dab-a367-7d9471466a59","attributes":[{"id":"10911586","eans":[{"code":"2007000013656","createdAt":"2022-06-08T11:33:16.465Z"}],"purchaseBusinessStatus":"BLOCOM","isCanBeReturnToSupplier":false,"purchaseWarehouseStatus":"NONAUT"}]}}`},
+	{"canExpandJsonArrayWithComplexElements (second record)",
+		`{"id":"1028cbab-c55b-4dab-a367-7d9471466a59","attributes":[{"id":"10911586","adr":null,"eans":[{"code":"2007000013656","createdAt":"2022-06-08T11:33:16.465Z"},{"code":"2000630108556","createdAt":"2022-06-23T07:57:54.717Z"}],"purchaseBusinessStatus":"BLOCOM","isCanBeReturnToSupplier":false,"purchaseWarehouseStatus":"NONAUT"}]}`,
+		`{"id":"1028cbab-c55b-4dab-a367-7d9471466a59","attributes":[{"id":"10911586","eans":[{"code":"2007000013656","createdAt":"2022-06-08T11:33:16.465Z"},{"code":"2000630108556","createdAt":"2022-06-23T07:57:54.717Z"}],"purchaseBusinessStatus":"BLOCOM","isCanBeReturnToSupplier":false,"purchaseWarehouseStatus":"NONAUT"}]}`,
+		`{"schema":{"type":"struct","fields":[{"type":"string","optional":true,"field":"id"},{"type":"array","items":{"type":"struct","fields":[{"type":"string","optional":true,"field":"id"},{"type":"array","items":{"type":"struct","fields":[{"type":"string","optional":true,"field":"code"},{"type":"string","optional":true,"field":"createdAt"}],"optional":true,"name":"payload.attributes.eans"},"optional":true,"field":"eans"},{"type":"string","optional":true,"field":"purchaseBusinessStatus"},{"type":"boolean","optional":true,"field":"isCanBeReturnToSupplier"},{"type":"string","optional":true,"field":"purchaseWarehouseStatus"}],"optional":true,"name":"payload.attributes"},"optional":true,"field":"attributes"}],"optional":true,"name":"payload"},"payload":{"id":"1028cbab-c55b-4dab-a367-7d9471466a59","attributes":[{"id":"10911586","eans":[{"code":"2007000013656","createdAt":"2022-06-08T11:33:16.465Z"},{"code":"2000630108556","createdAt":"2022-06-23T07:57:54.717Z"}],"purchaseBusinessStatus":"BLOCOM","isCanBeReturnToSupplier":false,"purchaseWarehouseStatus":"NONAUT"}]}}`},
+	{"debezium-outbox.md section 2 (the docs' Order payload, expanded)",
+		`{"id": 1, "lineItems": [{"id": 1, "item": "Debezium in Action", "status": "ENTERED", "quantity": 2, "totalPrice": 39.98}], "orderDate": "2019-01-31T12:13:01", "customerId": 123}`,
+		`{"id":1,"lineItems":[{"id":1,"item":"Debezium in Action","status":"ENTERED","quantity":2,"totalPrice":39.98}],"orderDate":"2019-01-31T12:13:01","customerId":123}`,
+		`{"schema":{"type":"struct","fields":[{"type":"int32","optional":true,"field":"id"},{"type":"array","items":{"type":"struct","fields":[{"type":"int32","optional":true,"field":"id"},{"type":"string","optional":true,"field":"item"},{"type":"string","optional":true,"field":"status"},{"type":"int32","optional":true,"field":"quantity"},{"type":"double","optional":true,"field":"totalPrice"}],"optional":true,"name":"payload.lineItems"},"optional":true,"field":"lineItems"},{"type":"string","optional":true,"field":"orderDate"},{"type":"int32","optional":true,"field":"customerId"}],"optional":true,"name":"payload"},"payload":{"id":1,"lineItems":[{"id":1,"item":"Debezium in Action","status":"ENTERED","quantity":2,"totalPrice":39.98}],"orderDate":"2019-01-31T12:13:01","customerId":123}}`},
+}
