@@ -32,6 +32,7 @@ const (
 	DebeziumMariaDBConnector  = "io.debezium.connector.mariadb.MariaDbConnector"
 	DebeziumEventRouter       = "io.debezium.transforms.outbox.EventRouter"
 	StringConverter           = "org.apache.kafka.connect.storage.StringConverter"
+	JsonConverter             = "org.apache.kafka.connect.json.JsonConverter"
 )
 
 var dbzLibOnce struct {

@@ -26,6 +26,10 @@ type ConnectOpts struct {
 	// Connector is the connector config (it must have "name" and "connector.class"), e.g.
 	// DebeziumPostgresOutbox(...). ConnectDirVar in a value is replaced by the Connect's Dir.
 	Connector map[string]string
+	// More are further connectors on the same worker (each with its own name; connector-level
+	// key.converter / value.converter overrides give each its own encoding). StartConnect waits
+	// for all of them to stream.
+	More []map[string]string
 	// Worker overrides (or adds) worker.properties entries, e.g. "producer.linger.ms".
 	Worker map[string]string
 	// JVM replaces the default heap and GC flags (-Xms256m -Xmx1g -XX:+UseG1GC).
@@ -37,11 +41,12 @@ type ConnectOpts struct {
 	ReadyTimeout time.Duration
 }
 
-// Connect is a running Kafka Connect standalone worker (one JVM) with one connector.
+// Connect is a running Kafka Connect standalone worker (one JVM) with its connectors.
 type Connect struct {
-	Dir      string        // worker.properties, connector.properties, connect.offsets, connect.log
+	Dir      string        // worker.properties, connector*.properties, connect.offsets, connect.log
 	RESTPort int           // REST listener on 127.0.0.1
-	Name     string        // the connector's name
+	Name     string        // the (first) connector's name
+	Names    []string      // every connector's name, Name first
 	Started  time.Duration // from exec to the connector streaming
 
 	ownDir bool
@@ -64,8 +69,14 @@ func StartConnect(opts ConnectOpts) (*Connect, error) {
 
 func startConnect(opts ConnectOpts) (*Connect, error) {
 	name := opts.Connector["name"]
-	if name == "" || opts.Connector["connector.class"] == "" {
-		return nil, errors.New("ConnectOpts.Connector needs name and connector.class")
+	names := []string{name}
+	for _, cc := range append([]map[string]string{opts.Connector}, opts.More...) {
+		if cc["name"] == "" || cc["connector.class"] == "" {
+			return nil, errors.New("ConnectOpts.Connector and each of More need name and connector.class")
+		}
+	}
+	for _, cc := range opts.More {
+		names = append(names, cc["name"])
 	}
 	if opts.Bootstrap == "" {
 		return nil, errors.New("ConnectOpts.Bootstrap is empty: give the Kafka bootstrap address")
@@ -74,7 +85,7 @@ func startConnect(opts ConnectOpts) (*Connect, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Connect{Dir: opts.Dir, Name: name}
+	c := &Connect{Dir: opts.Dir, Name: name, Names: names}
 	if c.Dir == "" {
 		if c.Dir, err = os.MkdirTemp("", "outboxd-connect-"); err != nil {
 			return nil, err
@@ -110,6 +121,12 @@ func startConnect(opts ConnectOpts) (*Connect, error) {
 		"connector.properties": properties(opts.Connector, c.Dir),
 		"log4j2.properties":    connectLog4j,
 	}
+	connFiles := []string{filepath.Join(c.Dir, "connector.properties")}
+	for i, cc := range opts.More {
+		f := fmt.Sprintf("connector%d.properties", i+2)
+		files[f] = properties(cc, c.Dir)
+		connFiles = append(connFiles, filepath.Join(c.Dir, f))
+	}
 	for f, body := range files {
 		if err := os.WriteFile(filepath.Join(c.Dir, f), []byte(body), 0o644); err != nil {
 			return fail(err)
@@ -122,7 +139,8 @@ func startConnect(opts ConnectOpts) (*Connect, error) {
 	args := append([]string{"-Dlog4j2.configurationFile=" + filepath.Join(c.Dir, "log4j2.properties"),
 		"-Dkafka.logs.dir=" + c.Dir}, jvm...)
 	args = append(args, "-cp", filepath.Join(lib, "lib")+"/*", "org.apache.kafka.connect.cli.ConnectStandalone",
-		filepath.Join(c.Dir, "worker.properties"), filepath.Join(c.Dir, "connector.properties"))
+		filepath.Join(c.Dir, "worker.properties"))
+	args = append(args, connFiles...)
 	logf, err := os.OpenFile(filepath.Join(c.Dir, "connect.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return fail(err)
@@ -163,16 +181,20 @@ type connectorStatus struct {
 	} `json:"tasks"`
 }
 
-// Status asks the REST API for the connector's and its first task's state ("" while unknown).
-func (c *Connect) Status() (connector, task, trace string, err error) {
+// Status asks the REST API for the (first) connector's and its first task's state ("" while
+// unknown).
+func (c *Connect) Status() (connector, task, trace string, err error) { return c.StatusOf(c.Name) }
+
+// StatusOf is Status for the connector called name.
+func (c *Connect) StatusOf(name string) (connector, task, trace string, err error) {
 	cl := http.Client{Timeout: 5 * time.Second}
-	resp, err := cl.Get(fmt.Sprintf("http://127.0.0.1:%d/connectors/%s/status", c.RESTPort, c.Name))
+	resp, err := cl.Get(fmt.Sprintf("http://127.0.0.1:%d/connectors/%s/status", c.RESTPort, name))
 	if err != nil {
 		return "", "", "", err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return "", "", "", fmt.Errorf("GET /connectors/%s/status: %s", c.Name, resp.Status)
+		return "", "", "", fmt.Errorf("GET /connectors/%s/status: %s", name, resp.Status)
 	}
 	var st connectorStatus
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
@@ -199,24 +221,26 @@ func (c *Connect) waitStreaming(within time.Duration) error {
 			return harness.Final(fmt.Errorf("kafka Connect exited during start; log:\n%s", c.Log()))
 		default:
 		}
-		conn, task, trace, err := c.Status()
-		switch {
-		case err != nil:
-			return err
-		case conn == "FAILED" || task == "FAILED":
-			return harness.Final(fmt.Errorf("connector %s failed to start (connector %s, task %s): %s\nlog:\n%s", c.Name, conn, task, trace, c.Log()))
-		case conn == "RUNNING" && task == "RUNNING":
-			if strings.Contains(c.fullLog(), streamingMark) {
-				return nil
+		for _, name := range c.Names {
+			conn, task, trace, err := c.StatusOf(name)
+			switch {
+			case err != nil:
+				return err
+			case conn == "FAILED" || task == "FAILED":
+				return harness.Final(fmt.Errorf("connector %s failed to start (connector %s, task %s): %s\nlog:\n%s", name, conn, task, trace, c.Log()))
+			case conn != "RUNNING" || task != "RUNNING":
+				return fmt.Errorf("connector %s: %q, task %q", name, conn, task)
 			}
-			return errors.New("task RUNNING, Debezium not streaming yet")
-		default:
-			return fmt.Errorf("connector %q, task %q", conn, task)
 		}
+		// One "Starting streaming" line per connector (each has its own coordinator).
+		if n := strings.Count(c.fullLog(), " INFO "+streamingMark+" ("); n < len(c.Names) {
+			return fmt.Errorf("tasks RUNNING, %d of %d connectors streaming", n, len(c.Names))
+		}
+		return nil
 	})
 	var te *harness.TimeoutError
 	if errors.As(err, &te) {
-		return fmt.Errorf("connector %s not streaming within %v (%v); log:\n%s", c.Name, within, te.Last, c.Log())
+		return fmt.Errorf("connectors %v not streaming within %v (%v); log:\n%s", c.Names, within, te.Last, c.Log())
 	}
 	return err
 }

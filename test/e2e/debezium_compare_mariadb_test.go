@@ -18,9 +18,9 @@ import (
 // and outboxd's mysql source, on the same rows as the PostgreSQL comparison (payload as stored:
 // MariaDB's JSON is LONGTEXT, so no normalisation), plus an event id in upper case.
 
-// mariaDeliberate: the NULL key, and the id header's case. (A BOOLEAN is TINYINT(1): both write
-// 1/0.)
-var mariaDeliberate = []deliberate{nullKeyDeliberate,
+// mariaDeliberate: the id header's case, and the typed header columns. (A BOOLEAN is TINYINT(1):
+// both write 1/0.)
+var mariaDeliberate = []deliberate{
 	{row: "upper-id", field: "header id", dbz: `"` + strings.ToUpper(cmpRow{label: "upper-id"}.id()) + `"`, obx: `"` + cmpRow{label: "upper-id"}.id() + `"`,
 		why: "an event id in a text column that is a uuid in upper case: Debezium passes it as stored, outboxd writes the canonical lower-case uuid (its id header is always canonical, whatever the column type: BINARY(16), CHAR(32/36), uuid)"},
 	{row: "typed-headers", field: "header at", dbz: `"1767323045123456"`, obx: `"2026-01-02 03:04:05.123456"`,
@@ -85,6 +85,7 @@ http:
   listen: ""
 outbox:
   topic: obx.${routedByValue}
+  null_key: produce
   headers: {type: eventType, tenant: tenant, attempt: attempt, urgent: urgent, amount: amount, at: at, ts: ts, day: day, raw: raw}
 `, m.DSN("app"), k.Addr(), filepath.Join(filepath.Dir(cfgPath), "offsets.json")))
 	p := startProc(t, cfgPath)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"syscall"
@@ -14,15 +16,16 @@ import (
 	"github.com/outboxd/outboxd/internal/testenv/harness"
 )
 
-// The byte-for-byte comparison with Debezium (issue 12, item 6): the same outbox rows go through
-// Debezium 3.6.1's PostgreSQL connector with the Outbox Event Router on Kafka Connect 4.4
-// (StringConverter key and value, SimpleHeaderConverter, type as header eventType, no Debezium
-// context headers; its own slot and publication) into topics dbz.<aggregatetype>, and through
-// outboxd (outbox.headers {type: eventType, ...}) into obx.<aggregatetype>, on one Apache Kafka
-// node. Per event (matched by the id header): topic suffix, partition, key, value, headers
-// (names, order, bytes, null vs absent), timestamp type, and per topic-partition the order of
-// events must be equal, except for the differences listed in pgDeliberate, each of which must
-// show up exactly as listed (the list is README's, kept honest by this test).
+// The byte-for-byte comparison with Debezium (issue 12 item 6, issue 15 item 10): the same outbox
+// rows go through Debezium 3.6.1's PostgreSQL connector with the Outbox Event Router on Kafka
+// Connect 4.4 and through outboxd, in each of the setups of dbzSetups (one Connect worker running
+// one connector per setup, each with its own slot, publication and converters; one outboxd per
+// setup with the matching options), on one Apache Kafka node and one PostgreSQL. Per setup and
+// event (matched by the id header): topic (after each tool's prefix), partition, key, value,
+// headers (names, order, bytes, null vs absent), timestamp type and timestamp, and per
+// topic-partition the order of events must be equal (compareRecords), except for the differences
+// in the setup's deliberate list, each of which must show up exactly as listed (the list is
+// README's, kept honest by this test).
 
 func ip(i int) *int   { return &i }
 func bp(b bool) *bool { return &b }
@@ -38,7 +41,10 @@ type cmpRow struct {
 	attempt *int
 	urgent  *bool
 	deleted bool // deleted again in the same transaction (Debezium's habit)
-	upperID bool // the id stored in upper case (text id columns only)
+	// occurred is the PostgreSQL comparison's timestamp column (set when inserted; nil: NULL)
+	occurred   *string
+	noOccurred bool // insert occurred as NULL
+	upperID    bool // the id stored in upper case (text id columns only)
 }
 
 // storedID is the id as written to the table.
@@ -112,126 +118,9 @@ func cmpTxs() [][]cmpRow {
 		{label: "insert-delete", aggType: "Order", aggID: sp("order-id"), typ: sp("Transient"), payload: sp(`{"gone": true}`), deleted: true},
 		{label: "after-delete", aggType: "Order", aggID: sp("order-id"), typ: sp("Kept"), payload: sp(`{"kept": true}`)},
 	})
-	// a NULL aggregateid: Debezium sends a null key, outboxd dead-letters the row (pgDeliberate)
+	// a NULL aggregateid: a null key (outbox.null_key: produce)
 	txs = append(txs, []cmpRow{{label: "null-key", aggType: "Order", aggID: nil, typ: sp("NoKey"), payload: sp(`{"k": null}`)}})
 	return txs
-}
-
-// The differences outboxd keeps on purpose (README lists them), for both sources and for
-// PostgreSQL. Each must show up at least once, and every difference must match one.
-var nullKeyDeliberate = deliberate{row: "null-key", field: "routed", dbz: "topic Order, key null", obx: "dead-lettered: missing_column",
-	why: "a NULL aggregateid: Debezium produces a record with a null key (spread over the partitions), outboxd dead-letters the row (reason missing_column): it never sends an event without its aggregate's key"}
-
-var pgDeliberate = []deliberate{nullKeyDeliberate,
-	{row: "*", field: "header urgent", dbz: `"true"`, obx: `"t"`,
-		why: "a boolean header column: Debezium writes Connect's rendering (true/false), outboxd PostgreSQL's text output (t/f); every header column is sent as the database's text"},
-	{row: "*", field: "header urgent", dbz: `"false"`, obx: `"f"`, why: "as above"},
-	{row: "typed-headers", field: "header at", dbz: `"2026-01-02T03:04:05.123456Z"`, obx: `"2026-01-02 03:04:05.123456+00"`,
-		why: "a timestamptz header column: Debezium writes its ZonedTimestamp (ISO-8601, UTC), outboxd PostgreSQL's text output (in the server's TimeZone)"},
-	{row: "typed-headers", field: "header day", dbz: `"20455"`, obx: `"2026-01-02"`,
-		why: "a date header column: Debezium writes its Date logical type (days since 1970-01-01, time.precision.mode=adaptive), outboxd the date text"},
-	{row: "typed-headers", field: "header raw", dbz: `"AAH/"`, obx: `"\x00\x01\xff"`,
-		why: "a bytea header column: Debezium's SimpleHeaderConverter writes Base64, outboxd the raw bytes"},
-}
-
-// TestDebeziumByteForByte: see the top of the file.
-func TestDebeziumByteForByte(t *testing.T) {
-	apacheOnly(t, "Debezium runs on Kafka Connect, which needs a real broker (the test starts its own node)")
-	start := time.Now()
-	k, b := newPrivateApache(t, testenv.ApacheOpts{})
-	e := newEnvOn(t, b, `outbox:
-  topic: obx.${routedByValue}
-  headers: {type: eventType, tenant: tenant, attempt: attempt, urgent: urgent, amount: amount, at: at, day: day, ref: ref, doc: doc, raw: raw}
-`)
-	ctx := context.Background()
-	if err := e.pg.Exec(ctx, "app", "ALTER SYSTEM SET timezone = 'UTC'", "SELECT pg_reload_conf()", // the text of timestamptz headers
-		"ALTER TABLE public.outbox ADD COLUMN tenant text, ADD COLUMN attempt int, ADD COLUMN urgent boolean",
-		// typed header columns, NULL but in row typed-headers
-		"ALTER TABLE public.outbox ADD COLUMN amount numeric(10,2), ADD COLUMN at timestamptz, ADD COLUMN day date, ADD COLUMN ref uuid, ADD COLUMN doc jsonb, ADD COLUMN raw bytea"); err != nil {
-		t.Fatal(err)
-	}
-	cfg := testenv.DebeziumPostgresOutbox(e.pg.Conn("app"), "dbz_cmp", "dbz_cmp", "public.outbox", map[string]string{
-		"transforms.outbox.route.topic.replacement": "dbz.${routedByValue}",
-		"transforms.outbox.table.fields.additional.placement": "type:header:eventType,tenant:header:tenant,attempt:header:attempt,urgent:header:urgent," +
-			"amount:header:amount,at:header:at,day:header:day,ref:header:ref,doc:header:doc,raw:header:raw",
-	})
-	t.Logf("Debezium connector config:\n%s", dumpConfig(cfg))
-	c := testenv.NewConnect(t, testenv.ConnectOpts{Bootstrap: k.Addr(), Connector: cfg})
-	t.Logf("Kafka Connect + Debezium streaming %v after exec", c.Started.Round(time.Millisecond))
-	p := e.start()
-
-	txs := cmpTxs()
-	conn := e.conn()
-	var rows []cmpRow
-	for _, tx := range txs {
-		b, err := conn.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range tx {
-			if _, err := b.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, tenant, attempt, urgent)
-				VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8)`, r.id(), r.aggType, r.aggID, r.typ, r.payload, r.tenant, r.attempt, r.urgent); err != nil {
-				t.Fatalf("insert %s: %v", r.label, err)
-			}
-			if r.deleted {
-				if _, err := b.Exec(ctx, `DELETE FROM outbox WHERE id = $1`, r.id()); err != nil {
-					t.Fatal(err)
-				}
-			}
-			rows = append(rows, r)
-		}
-		if err := b.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	typed := cmpRow{label: "typed-headers", aggType: "Order", aggID: sp("order-typed"), typ: sp("Typed"), payload: sp(`{}`)}
-	if _, err := conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, amount, at, day, ref, doc, raw)
-		VALUES ($1, $2, $3, $4, $5::jsonb, 12.5, '2026-01-02 03:04:05.123456+00', '2026-01-02', 'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11', '{"b": 1, "a": [true]}', '\x0001ff')`,
-		typed.id(), typed.aggType, typed.aggID, typed.typ, typed.payload); err != nil {
-		t.Fatal(err)
-	}
-	rows = append(rows, typed)
-	// Updates and deletes are no events for either.
-	if _, err := conn.Exec(ctx, `UPDATE outbox SET payload = '{"updated": true}'`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, `DELETE FROM outbox WHERE aggregatetype = 'Customer'`); err != nil {
-		t.Fatal(err)
-	}
-	res := compareDebezium(t, k.Addr(), rows, pgDeliberate)
-	t.Logf("compared after %v", time.Since(start).Round(time.Millisecond))
-
-	// A topic name Kafka refuses (a space): outboxd dead-letters the row and goes on, Debezium's
-	// task fails and stops there (Connect: errors.tolerance=none, no DLQ for source connectors).
-	bad := cmpRow{label: "invalid-topic", aggType: "order lines", aggID: sp("o-bad"), typ: sp("Bad"), payload: sp(`{}`)}
-	if _, err := conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, $4, $5::jsonb)`,
-		bad.id(), bad.aggType, bad.aggID, bad.typ, bad.payload); err != nil {
-		t.Fatal(err)
-	}
-	var task, trace string
-	badAt := time.Now()
-	harness.WaitFor(t, 2*time.Minute, "Debezium's task FAILED on the invalid topic name", func() bool {
-		_, task, trace, _ = c.Status()
-		return task == "FAILED"
-	})
-	t.Logf("Debezium on topic \"dbz.order lines\": task %s after %v: %s", task, time.Since(badAt).Round(time.Millisecond), firstLine(trace))
-	var badDL *cmpRecord
-	for _, r := range readTopics(t, k.Addr(), `^outboxd\.dlq$`, 2, time.Minute) {
-		if id, _ := r.header("id"); id == bad.id() {
-			badDL = &r
-		}
-	}
-	if badDL == nil {
-		t.Fatalf("outboxd did not dead-letter %s (aggregatetype %q)", bad.id(), bad.aggType)
-	}
-	if reason, _ := badDL.header("outboxd.error.reason"); reason != "invalid_topic" {
-		t.Errorf("outboxd dead-lettered the invalid topic with reason %q, want invalid_topic", reason)
-	}
-	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
-		t.Errorf("outboxd exit code %d after SIGTERM", code)
-	}
-	t.Logf("compared %d events (%d transactions): %d fields equal, %d deliberate differences, took %v",
-		len(rows), len(txs), res.equal, res.deliberate, time.Since(start).Round(time.Millisecond))
 }
 
 func firstLine(s string) string { return strings.SplitN(s, "\n", 2)[0] }
@@ -244,4 +133,100 @@ func dumpConfig(cfg map[string]string) string {
 	}
 	sort.Strings(lines)
 	return strings.Join(lines, "\n")
+}
+
+// TestDebeziumByteForByte: see the top of the file.
+func TestDebeziumByteForByte(t *testing.T) {
+	apacheOnly(t, "Debezium runs on Kafka Connect, which needs a real broker (the test starts its own node)")
+	start := time.Now()
+	k, _ := newPrivateApache(t, testenv.ApacheOpts{})
+	pg := testenv.NewPostgres(t)
+	ctx := context.Background()
+	if err := pg.Exec(ctx, "app", append([]string{testenv.OutboxDDL}, setupDDL...)...); err != nil {
+		t.Fatal(err)
+	}
+	setups := dbzSetups()
+	var cfgs []map[string]string
+	for _, s := range setups {
+		cfgs = append(cfgs, s.connectorConfig(pg.Conn("app")))
+	}
+	c := testenv.NewConnect(t, testenv.ConnectOpts{Bootstrap: k.Addr(), Connector: cfgs[0], More: cfgs[1:],
+		// an idempotent producer per task: its producer id tells Debezium's records on a raw topic
+		// (shared with outboxd) apart
+		Worker: map[string]string{"producer.enable.idempotence": "true"}})
+	t.Logf("Kafka Connect + Debezium, %d connectors, streaming %v after exec", len(cfgs), c.Started.Round(time.Millisecond))
+	procs := make([]*harness.Proc, len(setups))
+	for i, s := range setups {
+		procs[i] = startSetupOutboxd(t, pg, k.Addr(), s)
+	}
+	t.Logf("outboxd x%d replicating after %v", len(setups), time.Since(start).Round(time.Millisecond))
+
+	conn := pgConn(t, pg)
+	rows, textRows, ntx := insertWorkload(t, conn)
+	want := 0
+	for _, s := range setups {
+		want += 2 * len(s.rowsOf(rows, textRows))
+	}
+	all := readTopics(t, k.Addr(), `^[^_].*`, want, 3*time.Minute)
+	t.Logf("read %d records (want %d) after %v", len(all), want, time.Since(start).Round(time.Millisecond))
+	bySetup := splitBySetup(t, setups, all)
+	if dir := goldenDir(); dir != "" {
+		writeGolden(t, dir, setups, cfgs, rows, textRows, bySetup)
+	}
+	var summary []string
+	var diffs []cmpDiff
+	for _, s := range setups {
+		rs := s.rowsOf(rows, textRows)
+		o := s.cmpOpts()
+		o.diffs = &diffs
+		res := compareRecords(t, "setup "+s.name, rs, bySetup[s.name].dbz, bySetup[s.name].obx, s.deliberate, o)
+		line := fmt.Sprintf("setup %s: %d events, %d fields equal, %d deliberate differences (%s)", s.name, res.events, res.equal, res.deliberate, s.what)
+		summary = append(summary, line)
+		t.Log(line)
+	}
+	t.Logf("compared after %v", time.Since(start).Round(time.Millisecond))
+	if path := os.Getenv("OUTBOXD_DBZ_DIFFS"); path != "" {
+		writeDiffs(t, path, summary, diffs)
+	}
+
+	// A topic name Kafka refuses (a space): outboxd dead-letters the row and goes on, Debezium's
+	// task fails and stops there (Connect: errors.tolerance=none, no DLQ for source connectors).
+	bad := cmpRow{label: "invalid-topic", aggType: "order lines", aggID: sp("o-bad"), typ: sp("Bad"), payload: sp(`{}`)}
+	if _, err := conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, $4, $5::jsonb)`,
+		bad.id(), bad.aggType, bad.aggID, bad.typ, bad.payload); err != nil {
+		t.Fatal(err)
+	}
+	badAt := time.Now()
+	for _, s := range setups {
+		if s.table != "public.outbox" {
+			continue
+		}
+		name := s.connectorConfig(pg.Conn("app"))["name"]
+		var task, trace string
+		harness.WaitFor(t, 2*time.Minute, "Debezium's task "+name+" FAILED on the invalid topic name", func() bool {
+			_, task, trace, _ = c.StatusOf(name)
+			return task == "FAILED"
+		})
+		t.Logf("setup %s: Debezium on aggregatetype %q: task %s after %v: %s", s.name, bad.aggType, task, time.Since(badAt).Round(time.Millisecond), firstLine(trace))
+		dlq := "obx" + s.name + ".dlq"
+		var badDL *cmpRecord
+		for _, r := range readTopics(t, k.Addr(), "^"+regexp.QuoteMeta(dlq)+"$", 1, time.Minute) {
+			if id, _ := r.header("id"); id == bad.id() {
+				badDL = &r
+			}
+		}
+		if badDL == nil {
+			t.Fatalf("setup %s: outboxd did not dead-letter %s (aggregatetype %q) to %s", s.name, bad.id(), bad.aggType, dlq)
+		}
+		if reason, _ := badDL.header("outboxd.error.reason"); reason != "invalid_topic" {
+			t.Errorf("setup %s: outboxd dead-lettered the invalid topic with reason %q, want invalid_topic", s.name, reason)
+		}
+	}
+	for i, p := range procs {
+		if code := p.Stop(t, syscall.SIGTERM); code != 0 {
+			t.Errorf("setup %s: outboxd exit code %d after SIGTERM", setups[i].name, code)
+		}
+	}
+	t.Logf("compared %d + %d rows (%d transactions) in %d setups, took %v:\n%s", len(rows), len(textRows), ntx, len(setups),
+		time.Since(start).Round(time.Millisecond), strings.Join(summary, "\n"))
 }
