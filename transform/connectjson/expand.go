@@ -215,7 +215,9 @@ func (in *inferrer) arrayItems(key string, keyNull bool, n *node) (*Schema, erro
 		}
 		return s, nil
 	}
+	// Java collects the element schemas in a HashSet: equal schemas count once.
 	var distinct []*Schema
+	byHash := map[uint64][]*Schema{}
 	for _, e := range n.elems {
 		if e.t != nodeObject {
 			continue
@@ -224,50 +226,58 @@ func (in *inferrer) arrayItems(key string, keyNull bool, n *node) (*Schema, erro
 		if err != nil {
 			return nil, err
 		}
+		h := schemaHash(s)
 		dup := false
-		for _, d := range distinct {
+		for _, d := range byHash[h] {
 			if schemaEqual(d, s) {
 				dup = true
 				break
 			}
 		}
 		if !dup {
+			byHash[h] = append(byHash[h], s)
 			distinct = append(distinct, s)
 		}
 	}
-	var merged *Schema
-	for i := range distinct {
-		if in.reverse {
-			i = len(distinct) - 1 - i
+	if in.reverse {
+		for i, j := 0, len(distinct)-1; i < j; i, j = i+1, j-1 {
+			distinct[i], distinct[j] = distinct[j], distinct[i]
 		}
-		merged = mergeSchema(merged, distinct[i])
 	}
-	return merged, nil
+	return mergeSchemas(distinct), nil
 }
 
-// mergeSchema is JsonSchemaData.mergeSchema.
-func mergeSchema(left, right *Schema) *Schema {
-	if left == nil {
-		return right
+// mergeSchemas folds JsonSchemaData.mergeSchema over the schemas (nil for none): one schema is
+// returned as it is; two or more give the first's fields, then each later schema's new fields (a
+// bytes field — a null under NullOptionalBytes — gives way to a later non-bytes one, in place),
+// under the first's name, version, doc and parameters but not its optionality
+// (SchemaUtil.copySchemaBasics).
+func mergeSchemas(schemas []*Schema) *Schema {
+	if len(schemas) == 0 {
+		return nil
+	}
+	left := schemas[0]
+	if len(schemas) == 1 {
+		return left
 	}
 	fields := append([]Field(nil), left.Fields...)
-	for _, f := range right.Fields {
-		found := false
-		for i, old := range fields {
-			if old.Name != f.Name {
+	at := make(map[string]int, len(fields))
+	for i, f := range fields {
+		at[f.Name] = i
+	}
+	for _, right := range schemas[1:] {
+		for _, f := range right.Fields {
+			i, found := at[f.Name]
+			if !found {
+				at[f.Name] = len(fields)
+				fields = append(fields, f)
 				continue
 			}
-			found = true
-			if !schemaEqual(old.Schema, f.Schema) && old.Schema.Type == TypeBytes && f.Schema.Type != TypeBytes {
+			if old := fields[i]; !schemaEqual(old.Schema, f.Schema) && old.Schema.Type == TypeBytes && f.Schema.Type != TypeBytes {
 				fields[i] = f
 			}
-			break
-		}
-		if !found {
-			fields = append(fields, f)
 		}
 	}
-	// SchemaUtil.copySchemaBasics: name, version, doc, parameters — not optional.
 	return &Schema{Type: left.Type, Name: left.Name, NameSet: left.NameSet, Version: left.Version,
 		VersionSet: left.VersionSet, Doc: left.Doc, Parameters: left.Parameters, Fields: fields}
 }
@@ -297,6 +307,39 @@ func schemaEqual(a, b *Schema) bool {
 		}
 	}
 	return schemaEqual(a.Items, b.Items) && schemaEqual(a.Keys, b.Keys)
+}
+
+// schemaHash is an FNV-1a hash over what schemaEqual compares.
+func schemaHash(s *Schema) uint64 {
+	h := uint64(14695981039346656037)
+	var walk func(*Schema)
+	mix := func(b string) {
+		for i := 0; i < len(b); i++ {
+			h ^= uint64(b[i])
+			h *= 1099511628211
+		}
+		h ^= 0xFF
+		h *= 1099511628211
+	}
+	walk = func(s *Schema) {
+		if s == nil {
+			mix("nil")
+			return
+		}
+		mix(string(s.Type))
+		mix(s.Name)
+		if s.Optional {
+			mix("o")
+		}
+		for _, f := range s.Fields {
+			mix(f.Name)
+			walk(f.Schema)
+		}
+		mix("}")
+		walk(s.Items)
+	}
+	walk(s)
+	return h
 }
 
 // structValue is JsonSchemaData.jsonNodeToStructInternal plus Connect's Struct.put validation: a

@@ -45,14 +45,42 @@ type node struct {
 	f     float64
 	s     string // string value (WTF-8: lone surrogates from \u escapes kept) or number text
 	elems []*node
-	keys  []string // object keys, unique, in first-seen order (a duplicate key replaces the value in place)
+	keys  []string       // object keys, unique, in first-seen order (a duplicate key replaces the value in place)
+	byKey map[string]int // index of keys, for objects with more than smallObject keys
+}
+
+// smallObject is the key count up to which an object is searched linearly.
+const smallObject = 16
+
+func (n *node) index(key string) (int, bool) {
+	if n.byKey != nil {
+		i, ok := n.byKey[key]
+		return i, ok
+	}
+	for i, k := range n.keys {
+		if k == key {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+func (n *node) add(key string, v *node) {
+	n.keys = append(n.keys, key)
+	n.elems = append(n.elems, v)
+	if n.byKey != nil {
+		n.byKey[key] = len(n.keys) - 1
+	} else if len(n.keys) > smallObject {
+		n.byKey = make(map[string]int, 2*len(n.keys))
+		for i, k := range n.keys {
+			n.byKey[k] = i
+		}
+	}
 }
 
 func (n *node) get(key string) (*node, bool) {
-	for i, k := range n.keys {
-		if k == key {
-			return n.elems[i], true
-		}
+	if i, ok := n.index(key); ok {
+		return n.elems[i], true
 	}
 	return nil, false
 }
@@ -117,17 +145,10 @@ func (p *parser) value(depth int) (*node, error) {
 			if err != nil {
 				return nil, err
 			}
-			replaced := false
-			for i, old := range n.keys {
-				if old == k {
-					n.elems[i] = v
-					replaced = true
-					break
-				}
-			}
-			if !replaced {
-				n.keys = append(n.keys, k)
-				n.elems = append(n.elems, v)
+			if i, ok := n.index(k); ok {
+				n.elems[i] = v
+			} else {
+				n.add(k, v)
 			}
 			p.ws()
 			if p.pos >= len(p.s) {
