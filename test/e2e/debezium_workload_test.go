@@ -19,12 +19,13 @@ import (
 
 // setupDDL follows testenv.OutboxDDL: the header columns of setup A (text, int, boolean and
 // typed ones), the timestamp column of setup B (timestamp without time zone: Debezium's
-// MicroTimestamp, read as UTC), and a table with a text payload for setup T's blank payloads.
+// MicroTimestamp, read as UTC), setup C's partition column (integer: Debezium's int32), and a
+// table with a text payload for setup T's blank payloads.
 var setupDDL = []string{
 	"ALTER SYSTEM SET timezone = 'UTC'", "SELECT pg_reload_conf()", // the text of timestamptz columns
 	`ALTER TABLE public.outbox ADD COLUMN tenant text, ADD COLUMN attempt int, ADD COLUMN urgent boolean,
 		ADD COLUMN amount numeric(10,2), ADD COLUMN at timestamptz, ADD COLUMN day date, ADD COLUMN ref uuid,
-		ADD COLUMN doc jsonb, ADD COLUMN raw bytea, ADD COLUMN occurred timestamp`,
+		ADD COLUMN doc jsonb, ADD COLUMN raw bytea, ADD COLUMN occurred timestamp, ADD COLUMN part integer`,
 	`CREATE TABLE public.outbox_text (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload text)`,
 }
 
@@ -91,8 +92,13 @@ func insertWorkload(t *testing.T, conn *pgx.Conn) (rows, text []cmpRow, ntx int)
 			if !r.noOccurred {
 				r.occurred = sp(occurredBase.Add(time.Duration(len(rows)) * 1001001 * time.Microsecond).Format("2006-01-02 15:04:05.999999"))
 			}
-			if _, err := b.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, tenant, attempt, urgent, occurred)
-				VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9::timestamp)`, r.id(), r.aggType, r.aggID, r.typ, r.payload, r.tenant, r.attempt, r.urgent, r.occurred); err != nil {
+			// part: the n-th row's partition n%3, NULL for every fourth (the partitioner's choice)
+			var part *int
+			if n := len(rows); n%4 != 3 {
+				part = ip(n % 3)
+			}
+			if _, err := b.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, tenant, attempt, urgent, occurred, part)
+				VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9::timestamp, $10)`, r.id(), r.aggType, r.aggID, r.typ, r.payload, r.tenant, r.attempt, r.urgent, r.occurred, part); err != nil {
 				t.Fatalf("insert %s: %v", r.label, err)
 			}
 			if r.deleted {
