@@ -67,7 +67,18 @@ var setupAHeaders = [][2]string{{"type", "eventType"}, {"tenant", "tenant"}, {"a
 // lower_case do not (their topic is the raw value).
 const setupARegex = `(?<routedByValue>[A-Z][A-Za-z]*)`
 
+// setupDEnvelope are setup D's envelope fields: column, alias (Debezium's placement list and
+// outboxd's outbox.fields, in the same order).
+var setupDEnvelope = [][2]string{{"type", "eventType"}, {"tenant", "tenant"}, {"attempt", "attempt"}, {"urgent", "urgent"},
+	{"amount", "amount"}, {"at", "at"}, {"day", "day"}, {"ref", "ref"}, {"doc", "doc"}, {"raw", "raw"}, {"occurred", "occurredAt"}}
+
 func dbzSetups() []dbzSetup {
+	var envelopePlacement []string
+	envelopeFields := ""
+	for _, f := range setupDEnvelope {
+		envelopePlacement = append(envelopePlacement, f[0]+":envelope:"+f[1])
+		envelopeFields += "    - {column: " + f[0] + ", placement: envelope, alias: " + f[1] + "}\n"
+	}
 	var placement, headers []string
 	for _, h := range setupAHeaders {
 		placement = append(placement, h[0]+":header:"+h[1])
@@ -104,15 +115,20 @@ func dbzSetups() []dbzSetup {
 			}),
 			outbox: "  encoding: json\n  expand_json_payload: true\n  null_key: produce\n  headers: {type: eventType}\n  fields:\n    - {column: part, placement: partition}\n",
 		},
-		{name: "D", what: "JsonConverter schemas.enable=true with an envelope field (type:envelope:eventType)",
+		{name: "D", what: "JsonConverter schemas.enable=true with envelope fields (type:envelope:eventType and every typed column)",
 			table: "public.outbox", topic: "${routedByValue}", keyNullBytes: true,
 			connector: mergeMaps(jsonConverters(true), map[string]string{
 				// debezium-examples' logical name: the envelope's schema name is
 				// <topic.prefix>.<schema>.<table>.<routedByValue>.Value
 				"topic.prefix": "dbserver1",
-				"transforms.outbox.table.fields.additional.placement": "type:envelope:eventType",
+				"transforms.outbox.table.fields.additional.placement": strings.Join(envelopePlacement, ","),
 			}),
-			outbox: "  encoding: json_schema\n  schema_name_prefix: dbserver1\n  null_key: produce\n  fields:\n    - {column: type, placement: envelope, alias: eventType}\n",
+			outbox: "  encoding: json_schema\n  schema_name_prefix: dbserver1\n  null_key: produce\n  fields:\n" + envelopeFields,
+		},
+		{name: "E", what: "JsonConverter schemas.enable=true (the Debezium image's default converter) with table.expand.json.payload=true",
+			table: "public.outbox", topic: "${routedByValue}", keyNullBytes: true,
+			connector: mergeMaps(jsonConverters(true), map[string]string{"transforms.outbox.table.expand.json.payload": "true"}),
+			outbox:    "  encoding: json_schema\n  expand_json_payload: true\n  null_key: produce\n  headers: {type: eventType}\n",
 		},
 	}
 }
