@@ -94,10 +94,11 @@ func dbzSetups() []dbzSetup {
 			outbox:     "  topic_regex: '" + setupARegex + "'\n  null_key: produce\n  header_values: debezium\n  headers: {" + strings.Join(headers, ", ") + "}\n",
 			deliberate: pendingA,
 		},
-		{name: "T", what: "StringConverter with route.tombstone.on.empty.payload=true on a text payload column (NULL, empty, blank)",
+		{name: "T", what: "StringConverter with route.tombstone.on.empty.payload=true on a text payload column (NULL, empty, blank), route.by.field=type",
 			table: "public.outbox_text", topic: "${routedByValue}",
-			connector: map[string]string{"transforms.outbox.route.tombstone.on.empty.payload": "true"},
-			outbox:    "  tombstone_on_empty_payload: true\n  null_key: produce\n  headers: {type: eventType}\n",
+			connector: map[string]string{"transforms.outbox.route.tombstone.on.empty.payload": "true",
+				"transforms.outbox.route.by.field": "type"},
+			outbox: "  tombstone_on_empty_payload: true\n  null_key: produce\n  columns: {aggregate_type: type}\n  headers: {type: eventType}\n",
 		},
 		{name: "B", what: "debezium-examples' outbox: JsonConverter schemas.enable=false, table.field.event.timestamp, type:header:eventType, ${routedByValue}.events",
 			table: "public.outbox", topic: "${routedByValue}.events", tsColumn: "occurred", keyNullBytes: true,
@@ -125,10 +126,15 @@ func dbzSetups() []dbzSetup {
 			}),
 			outbox: "  encoding: json_schema\n  schema_name_prefix: dbserver1\n  null_key: produce\n  fields:\n" + envelopeFields,
 		},
-		{name: "E", what: "JsonConverter schemas.enable=true (the Debezium image's default converter) with table.expand.json.payload=true",
+		{name: "E", what: "JsonConverter schemas.enable=true (the Debezium image's default converter) with table.expand.json.payload=true and a missing header column ignored",
 			table: "public.outbox", topic: "${routedByValue}", keyNullBytes: true,
-			connector: mergeMaps(jsonConverters(true), map[string]string{"transforms.outbox.table.expand.json.payload": "true"}),
-			outbox:    "  encoding: json_schema\n  expand_json_payload: true\n  null_key: produce\n  headers: {type: eventType}\n",
+			connector: mergeMaps(jsonConverters(true), map[string]string{
+				"transforms.outbox.table.expand.json.payload": "true",
+				// a column the table lacks, ignored (Debezium 3.6's table.field.additional.missing)
+				"transforms.outbox.table.fields.additional.placement": "type:header:eventType,ghost:header:ghost",
+				"transforms.outbox.table.field.additional.missing":    "ignore",
+			}),
+			outbox: "  encoding: json_schema\n  expand_json_payload: true\n  null_key: produce\n  missing_field: ignore\n  headers: {type: eventType}\n  fields:\n    - {column: ghost, placement: header}\n",
 		},
 	}
 }
