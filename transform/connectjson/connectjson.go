@@ -5,7 +5,8 @@
 //
 // Reference versions: Kafka Connect 4.4.0 (connect-json), Jackson 2.21, Debezium 3.6.1. Numbers are
 // printed as Java's Double.toString/Float.toString of JDK 19 and later (the shortest-digits
-// algorithm); JDK 17 prints some doubles that need 16–17 digits differently (see AppendDouble).
+// algorithm); JDK 17 prints some doubles of magnitude >= 1e16 and many floats >= 1e7 differently
+// (see AppendDouble, AppendFloat).
 package connectjson
 
 import "unicode/utf8"

@@ -68,7 +68,8 @@ func TestGoldenStrings(t *testing.T) {
 
 // TestGoldenDoubles: 7178 doubles (specials, every power of ten, random bit patterns, random
 // decimals of 1–17 digits, subnormals) as JsonConverter writes a FLOAT64 value on JDK 25, the
-// JDK 19+ Double.toString. The JDK 17 column is only counted (see TestJDK17Doubles).
+// JDK 19+ Double.toString. The JDK 17 column backs AppendDouble's claim: JDK 17 prints the same
+// for every normal double below 1e16 in magnitude.
 func TestGoldenDoubles(t *testing.T) {
 	for _, r := range readGolden(t, "doubles.golden") {
 		bits, err := strconv.ParseUint(r[0], 16, 64)
@@ -80,10 +81,21 @@ func TestGoldenDoubles(t *testing.T) {
 		if got := string(AppendJSONDouble(nil, f)); got != want {
 			t.Errorf("AppendJSONDouble(%v) [%016x] = %s, Java writes %s", f, bits, got, want)
 		}
+		if jdk17 := string(unhex(t, r[2])); jdk17 != want {
+			jdk17Diffs++
+			if math.Abs(f) >= 0x1p-1022 && math.Abs(f) < 1e16 {
+				t.Errorf("JDK 17 prints %s for %v (JDK 25 %s): the documented JDK 17 claim is wrong", jdk17, f, want)
+			}
+		}
 	}
+	t.Logf("JDK 17 differs on %d of the golden doubles", jdk17Diffs)
 }
 
-// TestGoldenFloats: 2405 float32 values as JsonConverter writes a FLOAT32 value on JDK 25.
+var jdk17Diffs int
+
+// TestGoldenFloats: 2905 float32 values (specials, powers of ten, random bit patterns, subnormals,
+// 500 random decimals of 1–9 digits) as JsonConverter writes a FLOAT32 value on JDK 25. The JDK 17
+// column backs AppendFloat's claim: JDK 17 prints the same for every normal float below 1e7.
 func TestGoldenFloats(t *testing.T) {
 	for _, r := range readGolden(t, "floats.golden") {
 		bits, err := strconv.ParseUint(r[0], 16, 32)
@@ -94,6 +106,9 @@ func TestGoldenFloats(t *testing.T) {
 		want := string(unhex(t, r[1]))
 		if got := string(AppendJSONFloat(nil, f)); got != want {
 			t.Errorf("AppendJSONFloat(%v) [%08x] = %s, Java writes %s", f, bits, got, want)
+		}
+		if jdk17 := string(unhex(t, r[2])); jdk17 != want && math.Abs(float64(f)) > 0x1p-126 && math.Abs(float64(f)) < 1e7 {
+			t.Errorf("JDK 17 prints %s for float %v (JDK 25 %s): the documented JDK 17 claim is wrong", jdk17, f, want)
 		}
 	}
 }
