@@ -147,6 +147,8 @@ type Router struct {
 	// maxTopics entries (aggregate types are few; an endless stream of new ones is not memoised).
 	topics   atomic.Pointer[map[string]string]
 	topicsMu sync.Mutex
+
+	hs headerState // headers.go: header columns, record timestamp, tracing
 }
 
 const maxTopics = 4096
