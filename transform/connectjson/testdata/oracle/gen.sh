@@ -1,7 +1,13 @@
 #!/bin/sh
-# Regenerates nothing by itself: compiles and runs Oracle.java on stdin with the Kafka Connect 4.4.0
-# + Jackson 2.21.7 lib/ and Debezium 3.6.1's postgres plugin jars built by the e2e harness (see
-# ../../../../../shared recipes: real-kafka-and-debezium). Usage: JAVA_HOME=... gen.sh LIB PLUGIN < requests > answers
+# Compiles and runs Oracle.java (requests on stdin, answers on stdout) with the Kafka Connect 4.4.0 +
+# Jackson 2.21.7 lib/ and Debezium 3.6.1's postgres plugin directory the e2e harness builds
+# (~/.cache/outboxd/debezium-lib-*/{lib,plugins/debezium-connector-postgres}).
+#   Usage: JAVA_HOME=/usr/lib/jvm/temurin-25-jdk-amd64 gen.sh LIB PLUGIN < requests > answers
+# The requests behind ../*.golden are their first columns with the mode letter in front
+# (strings: "S <hex>", doubles: "D <bits>", floats: "F <bits>", expand: "E <null> <empty> <hex>",
+# decimal: "X <scale> <hex>"); expand_mutations.golden's payloads come from mutations() in
+# ../../golden_test.go ("E <null> ignore <hex>"), its answers stored as SHA-256 prefixes.
+# doubles/floats have a second answer column from JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64.
 set -e
 LIB=$1; PLUGIN=$2
 CP="$LIB/*:$(ls "$PLUGIN"/debezium-*.jar | tr '\n' ':')"
