@@ -91,6 +91,16 @@ type lagReporter interface {
 	LagBytes() (n int64, ok bool)
 }
 
+// outboxLister lists an outbox table's columns for `outboxd check` (checkoutbox.go); an adapter
+// without it gets no outbox table lines.
+type outboxLister interface {
+	// OutboxTableColumns returns table's columns (a name of source.tables) in table order and
+	// their source.Types as the source's rows will carry them (read with the adapter's own
+	// catalog query; types nil: unknown); ok false when the table does not exist. It blocks on
+	// the database, for at most ctx. Not called concurrently.
+	OutboxTableColumns(ctx context.Context, table string) (cols []string, types []source.Type, ok bool, err error)
+}
+
 // adapter is every concern of a source type.
 type adapter interface {
 	opener

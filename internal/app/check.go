@@ -73,6 +73,7 @@ func check(ctx context.Context, c *config.Config, ad adapter, w io.Writer) bool 
 	ad.Preflight(ctx, stored, func(name string, ok bool, reason, fix string) {
 		results = append(results, CheckResult{Name: name, OK: ok, Reason: reason, Fix: fix})
 	})
+	results = append(results, checkOutbox(ctx, c, ad)...) // checkoutbox.go
 	results = append(results, checkKafka(ctx, c)...)
 	ok := true
 	secrets := secretsOf(c, ad)

@@ -1,8 +1,10 @@
 package mysql
 
 import (
+	"context"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -187,6 +189,20 @@ func TestColumnTypesMariaDB(t *testing.T) {
 				}
 				t.Logf("%-8s %-26s kind=%-2d optional=%-5v scale=%d precision=%d value=%q", ct.name, ct.sql,
 					r.Types[i].Kind, r.Types[i].Optional, r.Types[i].Scale, r.Types[i].Precision, v.Bytes)
+			}
+			// `outboxd check` lists the same columns and Types from information_schema.
+			ad := NewAdapter(Settings{DSN: m.DSN("app"), Tables: []string{"app.coltypes", "app.nope"}}, nil)
+			cols, types, ok, err := ad.OutboxTableColumns(context.Background(), "app.coltypes")
+			if err != nil || !ok || !slices.Equal(cols, r.Columns) {
+				t.Fatalf("OutboxTableColumns = %v %v %v, want the row's columns %v", cols, ok, err, r.Columns)
+			}
+			for i := range cols {
+				if types[i] != r.Types[i] {
+					t.Errorf("OutboxTableColumns: column %s %+v, the row's %+v", cols[i], types[i], r.Types[i])
+				}
+			}
+			if _, _, ok, err := ad.OutboxTableColumns(context.Background(), "app.nope"); ok || err != nil {
+				t.Errorf("OutboxTableColumns(missing table) = ok %v, err %v; want false, nil", ok, err)
 			}
 			got := rowMap(r)
 			for col, want := range map[string]string{"c_ts": "2024-01-02 01:04:05", "c_ts6": "2024-01-02 01:04:05.123456",

@@ -1,8 +1,10 @@
 package postgres
 
 import (
+	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -93,6 +95,16 @@ func TestColumnTypesEndToEnd(t *testing.T) {
 		}
 		fmt.Fprintf(testWriter{t}, "%-16s %-14s kind=%-2d optional=%-5v scale=%d precision=%d value=%q\n",
 			tc.col.Name, tc.sql, r.Types[i].Kind, r.Types[i].Optional, r.Types[i].Scale, r.Types[i].Precision, r.Values[i].Bytes)
+	}
+
+	// `outboxd check` lists the same columns and Types from the catalog (adapter_columns.go).
+	ad := NewAdapter(Settings{DSN: dsn, Tables: []string{"public.types", "public.nope"}}, nil)
+	cols, types, ok, err := ad.OutboxTableColumns(context.Background(), "public.types")
+	if err != nil || !ok || !slices.Equal(cols, r.Columns) || !slices.Equal(types, r.Types) {
+		t.Errorf("OutboxTableColumns = %v %+v %v %v, want the row's %v %+v", cols, types, ok, err, r.Columns, r.Types)
+	}
+	if _, _, ok, err := ad.OutboxTableColumns(context.Background(), "public.nope"); ok || err != nil {
+		t.Errorf("OutboxTableColumns(missing table) = ok %v, err %v; want false, nil", ok, err)
 	}
 
 	// A partitioned table's rows (published via the root) carry the root's NOT NULL columns.
