@@ -335,3 +335,17 @@ func FuzzConnectJSON(f *testing.F) {
 		}
 	})
 }
+
+// TestExpandNameCap: struct names are dotted key paths, so a deep payload with long keys makes
+// quadratically long names; past 64 MiB in total the record fails instead of exhausting memory.
+func TestExpandNameCap(t *testing.T) {
+	key := `"` + strings.Repeat("k", 2000) + `":`
+	p := []byte(strings.Repeat("{"+key, 900) + "1" + strings.Repeat("}", 900))
+	if _, _, err := Expand(p, ExpandOptions{Name: "payload"}); !errors.Is(err, ErrRecordFails) {
+		t.Errorf("900 levels of 2000-byte keys: err %v, want ErrRecordFails", err)
+	}
+	p = []byte(strings.Repeat("{"+key, 100) + "1" + strings.Repeat("}", 100)) // names total ~10 MB
+	if _, _, err := Expand(p, ExpandOptions{Name: "payload"}); err != nil {
+		t.Errorf("100 levels of 2000-byte keys: %v", err)
+	}
+}

@@ -66,7 +66,9 @@ var ErrRecordFails = errors.New("expanded payload fails to convert in Debezium")
 // order, one of the orders Java may pick.
 //
 // Errors: ErrNotExpanded, ErrSchemaless or ErrRecordFails (wrapped, with the reason). Expand never
-// panics and allocates in proportion to len(payload).
+// panics; it allocates in proportion to len(payload), plus the struct names (key paths: at most
+// nesting depth × len(payload), capped at 64 MiB, beyond which the record fails — Debezium has no
+// cap), plus, for arrays of objects with differing schemas, elements × merged fields (as Java).
 func Expand(payload []byte, o ExpandOptions) (Value, *Schema, error) {
 	return expand(payload, o, false)
 }
@@ -82,6 +84,9 @@ func expand(payload []byte, o ExpandOptions, reverse bool) (Value, *Schema, erro
 	}
 	inf := inferrer{nullBytes: o.NullBehavior == NullOptionalBytes, emptyString: o.EmptyArrayBehavior == EmptyArrayOptionalString, reverse: reverse}
 	s, err := inf.schema(o.Name, false, root)
+	if errors.Is(err, errNamesTooLong) {
+		return Value{}, nil, fmt.Errorf("%w: %v", ErrRecordFails, err)
+	}
 	if err != nil {
 		return Value{}, nil, fmt.Errorf("%w: %v", ErrNotExpanded, err)
 	}
@@ -98,6 +103,8 @@ func expand(payload []byte, o ExpandOptions, reverse bool) (Value, *Schema, erro
 	return v, s, nil
 }
 
+var errNamesTooLong = errors.New("the struct schema names (dotted key paths) exceed 64 MiB in total")
+
 var (
 	optString  = &Schema{Type: TypeString, Optional: true}
 	optBool    = &Schema{Type: TypeBoolean, Optional: true}
@@ -112,7 +119,15 @@ type inferrer struct {
 	// reverse merges an array's distinct element schemas last-seen first: the other order Java's
 	// HashSet may iterate them in (tests only).
 	reverse bool
+	// nameBytes counts the bytes of the struct names built so far (dotted key paths grow with
+	// depth × key length), against maxNameBytes.
+	nameBytes int
 }
+
+// maxNameBytes bounds the total length of the struct schema names one expansion builds. Debezium
+// has no such bound (a deep payload with long keys makes it build huge names, or run out of
+// memory); outboxd fails such a record instead (ErrRecordFails).
+const maxNameBytes = 64 << 20
 
 // schema is JsonSchemaData.toConnectSchema; keyNull is Java's key == null. A nil schema (no
 // error) is Java's null: the field is dropped.
@@ -137,6 +152,9 @@ func (in *inferrer) schema(key string, keyNull bool, n *node) (*Schema, error) {
 		}
 		return &Schema{Type: TypeArray, Optional: true, Items: items}, nil
 	case nodeObject:
+		if in.nameBytes += len(key); in.nameBytes > maxNameBytes {
+			return nil, errNamesTooLong
+		}
 		s := &Schema{Type: TypeStruct, Optional: true, Name: key, NameSet: !keyNull}
 		prefix := ""
 		if !keyNull && !javaBlank(key) {
@@ -309,10 +327,10 @@ func schemaEqual(a, b *Schema) bool {
 	return schemaEqual(a.Items, b.Items) && schemaEqual(a.Keys, b.Keys)
 }
 
-// schemaHash is an FNV-1a hash over what schemaEqual compares.
+// schemaHash is a shallow FNV-1a hash of a struct schema (its fields' names and types): enough to
+// bucket element schemas for schemaEqual, and O(fields) so that nested arrays stay linear.
 func schemaHash(s *Schema) uint64 {
 	h := uint64(14695981039346656037)
-	var walk func(*Schema)
 	mix := func(b string) {
 		for i := 0; i < len(b); i++ {
 			h ^= uint64(b[i])
@@ -321,24 +339,10 @@ func schemaHash(s *Schema) uint64 {
 		h ^= 0xFF
 		h *= 1099511628211
 	}
-	walk = func(s *Schema) {
-		if s == nil {
-			mix("nil")
-			return
-		}
-		mix(string(s.Type))
-		mix(s.Name)
-		if s.Optional {
-			mix("o")
-		}
-		for _, f := range s.Fields {
-			mix(f.Name)
-			walk(f.Schema)
-		}
-		mix("}")
-		walk(s.Items)
+	for _, f := range s.Fields {
+		mix(f.Name)
+		mix(string(f.Schema.Type))
 	}
-	walk(s)
 	return h
 }
 
