@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -347,5 +348,27 @@ func TestExpandNameCap(t *testing.T) {
 	p = []byte(strings.Repeat("{"+key, 100) + "1" + strings.Repeat("}", 100)) // names total ~10 MB
 	if _, _, err := Expand(p, ExpandOptions{Name: "payload"}); err != nil {
 		t.Errorf("100 levels of 2000-byte keys: %v", err)
+	}
+}
+
+// TestExpandSlotCap: 20000 objects with distinct keys would give every element all 20000 merged
+// fields (400 million values); the record fails instead.
+func TestExpandSlotCap(t *testing.T) {
+	var sb strings.Builder
+	sb.WriteString(`{"a":[`)
+	for i := 0; i < 20000; i++ {
+		if i > 0 {
+			sb.WriteString(",")
+		}
+		sb.WriteString(`{"k` + strconv.Itoa(i) + `":1}`)
+	}
+	sb.WriteString(`]}`)
+	if _, _, err := Expand([]byte(sb.String()), ExpandOptions{Name: "payload"}); !errors.Is(err, ErrRecordFails) {
+		t.Errorf("err %v, want ErrRecordFails", err)
+	}
+	// 51 elements × 3 merged fields is well inside the cap.
+	small := `{"a":[` + strings.Repeat(`{"x":1},{"y":2},`, 25) + `{"z":3}]}`
+	if _, _, err := Expand([]byte(small), ExpandOptions{Name: "payload"}); err != nil {
+		t.Errorf("small heterogeneous array: %v", err)
 	}
 }

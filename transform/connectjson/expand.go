@@ -68,7 +68,8 @@ var ErrRecordFails = errors.New("expanded payload fails to convert in Debezium")
 // Errors: ErrNotExpanded, ErrSchemaless or ErrRecordFails (wrapped, with the reason). Expand never
 // panics; it allocates in proportion to len(payload), plus the struct names (key paths: at most
 // nesting depth × len(payload), capped at 64 MiB, beyond which the record fails — Debezium has no
-// cap), plus, for arrays of objects with differing schemas, elements × merged fields (as Java).
+// cap), plus, for arrays of objects with differing schemas, elements × merged fields (as Java
+// does; capped at 16 field slots per payload byte, beyond which the record fails, ErrRecordFails).
 func Expand(payload []byte, o ExpandOptions) (Value, *Schema, error) {
 	return expand(payload, o, false)
 }
@@ -96,7 +97,8 @@ func expand(payload []byte, o ExpandOptions, reverse bool) (Value, *Schema, erro
 	if s.Type != TypeStruct {
 		return Value{}, nil, fmt.Errorf("%w: the payload is not a JSON object (Connect: \"Not a struct schema\")", ErrRecordFails)
 	}
-	v, err := structValue(root, s)
+	b := builder{slots: 16*len(payload) + 1<<16}
+	v, err := b.structValue(root, s)
 	if err != nil {
 		return Value{}, nil, fmt.Errorf("%w: %v", ErrRecordFails, err)
 	}
@@ -346,16 +348,26 @@ func schemaHash(s *Schema) uint64 {
 	return h
 }
 
+// builder builds the expanded value; slots is what is left of the struct field slots it may
+// allocate. An array of n objects with distinct keys gives every element all n merged fields (Java
+// does the same), so a small payload could otherwise demand n² values.
+type builder struct {
+	slots int
+}
+
 // structValue is JsonSchemaData.jsonNodeToStructInternal plus Connect's Struct.put validation: a
 // field absent from the document stays null.
-func structValue(n *node, s *Schema) (Value, error) {
+func (b *builder) structValue(n *node, s *Schema) (Value, error) {
+	if b.slots -= len(s.Fields); b.slots < 0 {
+		return Value{}, errors.New("the merged struct fields exceed outboxd's limit of 16 per payload byte (Debezium would build them all)")
+	}
 	fields := make([]Value, len(s.Fields))
 	for i, f := range s.Fields {
 		c, ok := n.get(f.Name)
 		if !ok {
 			continue
 		}
-		v, err := fieldValue(c, f.Schema)
+		v, err := b.fieldValue(c, f.Schema)
 		if err != nil {
 			return Value{}, fmt.Errorf("field %q: %w", f.Name, err)
 		}
@@ -365,7 +377,7 @@ func structValue(n *node, s *Schema) (Value, error) {
 }
 
 // fieldValue is JsonSchemaData.getStructFieldValue with ConnectSchema.validateValue.
-func fieldValue(n *node, s *Schema) (Value, error) {
+func (b *builder) fieldValue(n *node, s *Schema) (Value, error) {
 	var v Value
 	switch n.t {
 	case nodeNull:
@@ -395,7 +407,7 @@ func fieldValue(n *node, s *Schema) (Value, error) {
 		}
 		elems := make([]Value, len(n.elems))
 		for i, e := range n.elems {
-			ev, err := fieldValue(e, s.Items)
+			ev, err := b.fieldValue(e, s.Items)
 			if err != nil {
 				return Value{}, fmt.Errorf("element %d: %w", i, err)
 			}
@@ -406,7 +418,7 @@ func fieldValue(n *node, s *Schema) (Value, error) {
 		if s.Type != TypeStruct {
 			return Value{}, fmt.Errorf("an object for a %s schema", s.Type)
 		}
-		return structValue(n, s)
+		return b.structValue(n, s)
 	}
 	if !kindFits(v.kind, s.Type) {
 		return Value{}, fmt.Errorf("a %s for a %s schema", kindName(v.kind), s.Type)
