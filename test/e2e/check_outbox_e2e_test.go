@@ -52,7 +52,7 @@ func TestCheckOutboxTablePostgres(t *testing.T) {
 	expectCheckOutbox(t, bad.cfgPath, "public.outbox", 1,
 		`FAIL outbox table public.outbox: no column "eventtype" (outbox.fields)`,
 		`partition column "aggregateid" is string, not int32`,
-		`timestamp column "created_at" is io.debezium.time.ZonedTimestamp`)
+		`outbox.timestamp: column:created_at: column "created_at" of public.outbox is io.debezium.time.ZonedTimestamp`)
 }
 
 // TestCheckOutboxTableMariaDB: the same on MariaDB (information_schema's types).
@@ -71,5 +71,5 @@ func TestCheckOutboxTableMariaDB(t *testing.T) {
 	expectCheckOutbox(t, badCfg, "app.outbox", 1,
 		`FAIL outbox table app.outbox: no column "eventtype" (outbox.fields)`,
 		`partition column "aggregateid" is string, not int32`,
-		`timestamp column "created_at" is io.debezium.time.ZonedTimestamp`)
+		`outbox.timestamp: column:created_at: column "created_at" of app.outbox is io.debezium.time.ZonedTimestamp`)
 }

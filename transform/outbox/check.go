@@ -23,8 +23,9 @@ import (
 //   - a partition placement's column is int32 (Debezium reads it with getInt32 and fails on any
 //     other type);
 //   - outbox.timestamp: column:<name> names a column of io.debezium.time.Timestamp or
-//     MicroTimestamp (Debezium's table.field.event.timestamp also takes NanoTimestamp, which no
-//     outboxd source produces, and fails on others: timestamptz is a ZonedTimestamp string);
+//     MicroTimestamp (TimestampColumnError, timestamp.go; Debezium's table.field.event.timestamp
+//     also takes NanoTimestamp, which no outboxd source produces, and fails on others:
+//     timestamptz is a ZonedTimestamp string);
 //   - an outbox.tracing_column set explicitly exists, unless outbox.missing_field is ignore (the
 //     default tracingspancontext applies only where the table has it).
 //
@@ -70,17 +71,11 @@ func (r *Router) CheckTable(table string, cols []string, types []source.Type) []
 		optional("outbox.fields", f.Column)
 		if t, ok := find(f.Column); ok && known && f.Placement == PlacementPartition && t.Kind != source.KindInt32 {
 			problems = append(problems, fmt.Sprintf("partition column %q is %s, not int32 (Debezium reads a partition placement with getInt32): "+
-				"make it integer (PostgreSQL int4, MySQL INT or MEDIUMINT), or drop its partition placement from outbox.fields", f.Column, kindLabel(t.Kind)))
+				"make it integer (PostgreSQL int4, MySQL INT or MEDIUMINT), or drop its partition placement from outbox.fields", f.Column, kindName(t.Kind)))
 		}
 	}
-	if col, ok := strings.CutPrefix(r.cfg.Timestamp, TimestampColumnPrefix); ok && col != "" {
-		switch t, found := find(col); {
-		case !found:
-			problems = append(problems, fmt.Sprintf("no column %q (outbox.timestamp: column:%s): add it to %s, or use outbox.timestamp: commit", col, col, table))
-		case known && t.Kind != source.KindTimestamp && t.Kind != source.KindMicroTimestamp:
-			problems = append(problems, fmt.Sprintf("timestamp column %q is %s, not a timestamp without time zone (Debezium's io.debezium.time.Timestamp "+
-				"or MicroTimestamp: PostgreSQL timestamp, MySQL DATETIME): use such a column, or outbox.timestamp: commit", col, kindLabel(t.Kind)))
-		}
+	if err := r.TimestampColumnError(table, cols, types); err != nil { // timestamp.go
+		problems = append(problems, err.Error())
 	}
 	if r.cfg.TracingColumnSet && r.cfg.TracingColumn != "" {
 		optional("outbox.tracing_column", r.cfg.TracingColumn)
@@ -162,20 +157,4 @@ func (r *Router) Summary() string {
 		parts = append(parts, "null key produced")
 	}
 	return strings.Join(parts, ", ")
-}
-
-// kindLabel names a Kind as Debezium's Connect schema does, for check messages.
-func kindLabel(k source.Kind) string {
-	if int(k) < len(kindLabels) {
-		return kindLabels[k]
-	}
-	return fmt.Sprintf("kind %d", k)
-}
-
-var kindLabels = [...]string{
-	source.KindString: "string", source.KindJSON: "io.debezium.data.Json", source.KindUUID: "io.debezium.data.Uuid",
-	source.KindBool: "boolean", source.KindInt16: "int16", source.KindInt32: "int32", source.KindInt64: "int64",
-	source.KindFloat32: "float32", source.KindFloat64: "float64", source.KindDecimal: "Decimal", source.KindBytes: "bytes",
-	source.KindTimestamp: "io.debezium.time.Timestamp", source.KindMicroTimestamp: "io.debezium.time.MicroTimestamp",
-	source.KindZonedTimestamp: "io.debezium.time.ZonedTimestamp (a string)", source.KindDate: "io.debezium.time.Date",
 }
