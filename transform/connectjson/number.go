@@ -82,20 +82,21 @@ func appendJava(dst []byte, f float64, bits int) []byte {
 		e = e[1:]
 	}
 	// e is "d[.ddd]e±XX".
-	digits, exp := splitE(e)
+	var db [24]byte
+	digits, exp := splitE(db[:0], e)
 	if len(digits) == 1 {
 		// Java: when one digit suffices, the closest decimal of length one or two.
 		var b2 [32]byte
 		e2 := strconv.AppendFloat(b2[:0], math.Abs(f), 'e', 1, bits)
 		if v, err := strconv.ParseFloat(string(e2), bits); err == nil && v == math.Abs(f) {
-			d2, x2 := splitE(e2)
-			if len(d2) == 2 {
-				digits, exp = d2, x2
+			var d2b [24]byte
+			if d2, x2 := splitE(d2b[:0], e2); len(d2) == 2 {
+				digits = append(db[:0], d2...)
+				exp = x2
 			}
 		}
 	}
-	var db [24]byte
-	d := append(db[:0], digits...)
+	d := digits
 	if exp >= -3 && exp < 7 {
 		if exp < 0 {
 			dst = append(dst, '0', '.')
@@ -125,16 +126,28 @@ func appendJava(dst []byte, f float64, bits int) []byte {
 	return strconv.AppendInt(dst, int64(exp), 10)
 }
 
-// splitE splits strconv's "d.ddde±XX" into its digits (no dot) and decimal exponent.
-func splitE(e []byte) ([]byte, int) {
-	var digits []byte
+// splitE splits strconv's "d.ddde±XX" into its digits (no dot, appended to buf) and decimal
+// exponent.
+func splitE(buf, e []byte) ([]byte, int) {
+	digits := buf[:0]
 	i := 0
 	for ; i < len(e) && e[i] != 'e'; i++ {
 		if e[i] != '.' {
 			digits = append(digits, e[i])
 		}
 	}
-	x, _ := strconv.Atoi(string(e[i+1:]))
+	x, neg := 0, false
+	for j := i + 1; j < len(e); j++ {
+		switch c := e[j]; {
+		case c == '-':
+			neg = true
+		case c >= '0' && c <= '9':
+			x = 10*x + int(c-'0')
+		}
+	}
+	if neg {
+		x = -x
+	}
 	// Trailing zeros never occur in strconv's shortest form but can in the 2-digit form.
 	for len(digits) > 1 && digits[len(digits)-1] == '0' {
 		digits = digits[:len(digits)-1]
