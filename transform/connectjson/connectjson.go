@@ -22,8 +22,9 @@ const hexUpper = "0123456789ABCDEF"
 //   - everything else (including '/', DEL, U+2028, U+2029, U+FEFF) as its UTF-8 bytes.
 //
 // s is UTF-8. Bytes that are not valid UTF-8 are replaced by U+FFFD the way Java's UTF-8 decoder
-// (new String(bytes, UTF_8), REPLACE) does when a source connector decodes them — one U+FFFD per
-// maximal ill-formed subsequence; see the package tests for the exact cases.
+// (new String(bytes, UTF_8), REPLACE) does when a source connector decodes them: one U+FFFD per
+// maximal ill-formed subsequence, except that an encoded surrogate (ED A0..BF 80..BF) or its
+// 2-byte prefix is one U+FFFD (measured on OpenJDK 17 and 25, testdata/strings.golden).
 func AppendString(dst, s []byte) []byte {
 	return appendString(dst, s, false)
 }

@@ -33,7 +33,8 @@ type ExpandOptions struct {
 // ErrNotExpanded reports a payload Debezium leaves as it is (its String value and its schema),
 // logging "JSON expansion failed": it does not start with '{' or '[' (no trimming: leading
 // whitespace counts), Jackson cannot parse it, or the schema cannot be inferred (an array mixing
-// JSON types or number kinds, an array whose elements are all null, an array of empty arrays).
+// JSON types or number kinds, an array whose elements are all null, an array of empty arrays, a
+// field with an empty name).
 var ErrNotExpanded = errors.New("payload not expanded")
 
 // ErrSchemaless reports a payload for which Debezium keeps the String value but drops its schema
@@ -42,9 +43,10 @@ var ErrNotExpanded = errors.New("payload not expanded")
 var ErrSchemaless = errors.New("payload kept as a string without a schema")
 
 // ErrRecordFails reports a payload whose schema Debezium infers but whose value does not fit it
-// (a top-level array, an integer beyond int64, array elements of conflicting types): Debezium
-// replaces the payload's schema but keeps the String value, and the record then fails to convert
-// (DataException), which stops the Connect task.
+// (a top-level array, an integer beyond int64, array elements of conflicting types, a null element
+// in an array of differently shaped objects): Debezium replaces the payload's schema but keeps the
+// String value, and the record then fails to convert (DataException), which stops the Connect
+// task. Expand also returns it past its memory caps (see Expand).
 var ErrRecordFails = errors.New("expanded payload fails to convert in Debezium")
 
 // Expand expands payload as Debezium's EventRouter does with table.expand.json.payload=true
