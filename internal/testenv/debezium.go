@@ -128,8 +128,8 @@ func merge(cfg, extra map[string]string) map[string]string {
 // DebeziumPostgresOutbox is the connector config (name "dbz-pg-outbox") of Debezium's PostgreSQL
 // connector with the Outbox Event Router on table (schema-qualified, e.g. "public.outbox"):
 // pgoutput, its own slot and publication (created as a filtered, insert-only publication),
-// snapshot.mode=no_data, StringConverter key and value, header eventType from column type, no
-// Debezium context headers. extra is merged last (it may override anything, e.g. "name" or
+// snapshot.mode=no_data, outboxd's heartbeat messages excluded, StringConverter key and value,
+// header eventType from column type, no Debezium context headers. extra is merged last (it may override anything, e.g. "name" or
 // "transforms.outbox.route.topic.replacement").
 func DebeziumPostgresOutbox(db DBConn, slot, publication, table string, extra map[string]string) map[string]string {
 	cfg := map[string]string{
@@ -148,6 +148,9 @@ func DebeziumPostgresOutbox(db DBConn, slot, publication, table string, extra ma
 		"table.include.list":          table,
 		"skipped.operations":          "u,d,t",
 		"snapshot.mode":               "no_data",
+		// outboxd's heartbeats are logical decoding messages (pg_logical_emit_message); Debezium
+		// would pass them, unrouted, to <topic.prefix>.message
+		"message.prefix.exclude.list": "outboxd.heartbeat",
 	}
 	outboxRouter(cfg)
 	return merge(cfg, extra)

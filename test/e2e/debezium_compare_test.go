@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"os"
-	"regexp"
 	"sort"
 	"strings"
 	"syscall"
@@ -189,38 +188,8 @@ func TestDebeziumByteForByte(t *testing.T) {
 		writeDiffs(t, path, summary, diffs)
 	}
 
-	// A topic name Kafka refuses (a space): outboxd dead-letters the row and goes on, Debezium's
-	// task fails and stops there (Connect: errors.tolerance=none, no DLQ for source connectors).
-	bad := cmpRow{label: "invalid-topic", aggType: "order lines", aggID: sp("o-bad"), typ: sp("Bad"), payload: sp(`{}`)}
-	if _, err := conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, $4, $5::jsonb)`,
-		bad.id(), bad.aggType, bad.aggID, bad.typ, bad.payload); err != nil {
-		t.Fatal(err)
-	}
-	badAt := time.Now()
-	for _, s := range setups {
-		if s.table != "public.outbox" {
-			continue
-		}
-		name := s.connectorConfig(pg.Conn("app"))["name"]
-		var task, trace string
-		harness.WaitFor(t, 2*time.Minute, "Debezium's task "+name+" FAILED on the invalid topic name", func() bool {
-			_, task, trace, _ = c.StatusOf(name)
-			return task == "FAILED"
-		})
-		t.Logf("setup %s: Debezium on aggregatetype %q: task %s after %v: %s", s.name, bad.aggType, task, time.Since(badAt).Round(time.Millisecond), firstLine(trace))
-		dlq := "obx" + s.name + ".dlq"
-		var badDL *cmpRecord
-		for _, r := range readTopics(t, k.Addr(), "^"+regexp.QuoteMeta(dlq)+"$", 1, time.Minute) {
-			if id, _ := r.header("id"); id == bad.id() {
-				badDL = &r
-			}
-		}
-		if badDL == nil {
-			t.Fatalf("setup %s: outboxd did not dead-letter %s (aggregatetype %q) to %s", s.name, bad.id(), bad.aggType, dlq)
-		}
-		if reason, _ := badDL.header("outboxd.error.reason"); reason != "invalid_topic" {
-			t.Errorf("setup %s: outboxd dead-lettered the invalid topic with reason %q, want invalid_topic", s.name, reason)
-		}
+	for _, st := range taskStoppers() {
+		checkTaskStopper(t, c, pg, k.Addr(), conn, setups, st)
 	}
 	for i, p := range procs {
 		if code := p.Stop(t, syscall.SIGTERM); code != 0 {

@@ -91,8 +91,7 @@ func dbzSetups() []dbzSetup {
 				"transforms.outbox.route.topic.regex":                 setupARegex,
 				"transforms.outbox.table.fields.additional.placement": strings.Join(placement, ","),
 			},
-			outbox:     "  topic_regex: '" + setupARegex + "'\n  null_key: produce\n  header_values: debezium\n  headers: {" + strings.Join(headers, ", ") + "}\n",
-			deliberate: pendingA,
+			outbox: "  topic_regex: '" + setupARegex + "'\n  null_key: produce\n  header_values: debezium\n  headers: {" + strings.Join(headers, ", ") + "}\n",
 		},
 		{name: "T", what: "StringConverter with route.tombstone.on.empty.payload=true on a text payload column (NULL, empty, blank), route.by.field=type",
 			table: "public.outbox_text", topic: "${routedByValue}",
@@ -105,8 +104,7 @@ func dbzSetups() []dbzSetup {
 			connector: mergeMaps(jsonConverters(false), map[string]string{
 				"transforms.outbox.table.field.event.timestamp": "occurred",
 			}),
-			outbox:     "  encoding: json\n  timestamp: column:occurred\n  null_key: produce\n  headers: {type: eventType}\n",
-			deliberate: pendingB,
+			outbox: "  encoding: json\n  timestamp: column:occurred\n  null_key: produce\n  headers: {type: eventType}\n",
 		},
 		{name: "C", what: "JsonConverter schemas.enable=false with table.expand.json.payload=true and a partition column (part:partition)",
 			table: "public.outbox", topic: "${routedByValue}", keyNullBytes: true,
@@ -173,19 +171,3 @@ outbox:
   topic: obx%s.%s
 %s`, dsn, s.table, low, low, brokers, s.name, offsets, s.name, s.topic, s.outbox)
 }
-
-// Differences not fixed yet when this list was written (why = "not yet implemented: …"): the lead
-// removes each as its fix lands (the test fails on one that is no longer seen).
-var (
-	pendingA = []deliberate{
-		{row: "*", field: "header urgent", dbz: `"true"`, obx: `"t"`, why: "not yet implemented: outbox.header_values: debezium (boolean header true/false)"},
-		{row: "*", field: "header urgent", dbz: `"false"`, obx: `"f"`, why: "not yet implemented: outbox.header_values: debezium (boolean header true/false)"},
-		{row: "*", field: "header occurred", dbz: "*", obx: "*", why: "not yet implemented: outbox.header_values: debezium (timestamp header as MicroTimestamp µs)"},
-		{row: "typed-headers", field: "header at", dbz: `"2026-01-02T03:04:05.123456Z"`, obx: `"2026-01-02 03:04:05.123456+00"`, why: "not yet implemented: outbox.header_values: debezium (timestamptz as ZonedTimestamp)"},
-		{row: "typed-headers", field: "header day", dbz: `"20455"`, obx: `"2026-01-02"`, why: "not yet implemented: outbox.header_values: debezium (date as days since 1970)"},
-		{row: "typed-headers", field: "header raw", dbz: `"AAH/"`, obx: `"\x00\x01\xff"`, why: "not yet implemented: outbox.header_values: debezium (bytea as Base64)"},
-	}
-	pendingB = []deliberate{
-		{row: "*", field: "timestamp", dbz: "*", obx: "*", why: "not yet implemented: outbox.timestamp: column:occurred (the record timestamp from the column)"},
-	}
-)

@@ -40,6 +40,9 @@ func workloadExtra() [][]cmpRow {
 		{{label: "numbers", aggType: "Order", aggID: sp("order-numbers"), typ: sp("Numbers"), tenant: sp("acme"), attempt: ip(3), urgent: bp(false),
 			payload: sp(`{"f": 39.98, "e": 1e10, "small": 1E-7, "big": 12345678901234567890, "bigger": 123456789012345678901234567890, "neg0": -0, "i32": 2147483647, "i32over": 2147483648, "one": 1.0, "neg": -12.50, "arr": [39.98, 1e10, 0]}`)}},
 		{{label: "numbers-top", aggType: "Order", aggID: sp("order-numbers-top"), typ: sp("Numbers"), payload: sp(`[1e10, 39.98, -0.0, 9223372036854775808]`)}},
+		// objects without mixed arrays: expanded (Jackson's int, long, double and BigInteger text)
+		{{label: "numbers-expandable", aggType: "Order", aggID: sp("order-numbers-exp"), typ: sp("Numbers"),
+			payload: sp(`{"f": 39.98, "e": 1e10, "small": 1E-7, "i32over": 2147483648, "i64max": 9223372036854775807, "neg0": -0.0, "one": 1.0, "frac": 0.1000, "tiny": 4.9e-324, "neg": -12.50, "nested": {"d": 1e-3}}`)}},
 		{{label: "null-occurred", aggType: "Order", aggID: sp("order-no-time"), typ: sp("NoTime"), payload: sp(`{"t": null}`), noOccurred: true}},
 		{{label: "no-regex-match", aggType: "lower_case", aggID: sp("order-lower"), typ: sp("Lower"), payload: sp(`{"lower": true}`)}},
 	}
