@@ -85,7 +85,8 @@ const (
 	KindMicroTimestamp
 	// KindZonedTimestamp is io.debezium.time.ZonedTimestamp (an ISO-8601 string in UTC): text
 	// "YYYY-MM-DD HH:MM:SS[.ffffff]±HH[:MM[:SS]]" (PostgreSQL timestamptz), or a MySQL TIMESTAMP's
-	// text, which is UTC.
+	// text, which is UTC. Type.Scale is Debezium's fractional width for it (PostgreSQL: the
+	// column's precision, 6 without one); 0 means ISO_OFFSET_DATE_TIME's (trailing zeros trimmed).
 	KindZonedTimestamp
 	// KindDate is io.debezium.time.Date (days since 1970-01-01, int32): text "YYYY-MM-DD".
 	KindDate

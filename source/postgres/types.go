@@ -64,6 +64,14 @@ func columnType(oid uint32, typmod int32, notNull bool) source.Type {
 	if t.Kind == source.KindDecimal && typmod >= 4 {
 		t.Precision, t.Scale = numericTypmod(typmod)
 	}
+	if t.Kind == source.KindZonedTimestamp {
+		// Debezium writes a ZonedTimestamp with the column's fractional width
+		// (PostgresValueConverter: column.scale(), pgjdbc's DECIMAL_DIGITS: the typmod, 6 without).
+		t.Scale = 6
+		if typmod >= 0 && typmod <= 6 {
+			t.Scale = int(typmod)
+		}
+	}
 	return t
 }
 

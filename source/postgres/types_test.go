@@ -65,8 +65,8 @@ func typeCases() []typeCase {
 		{"timestamp(4)", cm("c_ts4", pgoutputtest.OIDTimestamp, 4), k(source.KindMicroTimestamp)},
 		{"timestamp(6)", cm("c_ts6", pgoutputtest.OIDTimestamp, 6), k(source.KindMicroTimestamp)},
 		{"timestamp", c("c_ts", pgoutputtest.OIDTimestamp), k(source.KindMicroTimestamp)},
-		{"timestamptz", c("c_tstz", pgoutputtest.OIDTimestamptz), k(source.KindZonedTimestamp)},
-		{"timestamptz(3)", cm("c_tstz3", pgoutputtest.OIDTimestamptz, 3), k(source.KindZonedTimestamp)},
+		{"timestamptz", c("c_tstz", pgoutputtest.OIDTimestamptz), source.Type{Kind: source.KindZonedTimestamp, Optional: true, Scale: 6}},
+		{"timestamptz(3)", cm("c_tstz3", pgoutputtest.OIDTimestamptz, 3), source.Type{Kind: source.KindZonedTimestamp, Optional: true, Scale: 3}},
 		{"date", c("c_date", pgoutputtest.OIDDate), k(source.KindDate)},
 		// Fallbacks: the text, KindString (Debezium: MicroTime, MicroDuration, Decimal, Xml, Enum).
 		{"time", c("c_time", pgoutputtest.OIDTime), k(source.KindString)},
