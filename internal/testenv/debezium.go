@@ -17,6 +17,11 @@ import (
 //go:embed debezium/pom.xml
 var debeziumPOM []byte
 
+// OpenTelemetryVersion is the OpenTelemetry Java SDK in the lib dir (debezium/pom.xml): with
+// -Dotel.java.global-autoconfigure.enabled=true Debezium's tracing runs as with an OpenTelemetry
+// setup (W3C trace context and baggage propagators).
+const OpenTelemetryVersion = "1.49.0"
+
 // DebeziumVersion is the Debezium release debezium/pom.xml resolves for PostgreSQL.
 const DebeziumVersion = "3.6.1.Final"
 
@@ -44,6 +49,7 @@ var dbzLibOnce struct {
 func debeziumLibReady(dir string) error {
 	for _, f := range []string{
 		filepath.Join("lib", "connect-runtime-"+ApacheKafkaVersion+".jar"),
+		filepath.Join("lib", "opentelemetry-sdk-extension-autoconfigure-"+OpenTelemetryVersion+".jar"),
 		filepath.Join("plugins", "debezium-connector-postgres", "debezium-connector-postgres-"+DebeziumVersion+".jar"),
 		filepath.Join("plugins", "debezium-connector-mariadb", "debezium-connector-mariadb-"+DebeziumMariaDBVersion+".jar"),
 	} {
@@ -54,7 +60,7 @@ func debeziumLibReady(dir string) error {
 	return nil
 }
 
-// DebeziumLibDir returns a directory with lib/ (Kafka Connect's jars, for -cp) and plugins/ (for
+// DebeziumLibDir returns a directory with lib/ (Kafka Connect's and OpenTelemetry's jars, for -cp) and plugins/ (for
 // plugin.path: debezium-connector-postgres 3.6.1 and debezium-connector-mariadb 3.5.0, both with
 // the EventRouter), building it with Maven when this machine has none for the current pom yet.
 // OUTBOXD_DEBEZIUM_LIB names a prebuilt directory instead. Safe for concurrent test processes:

@@ -42,8 +42,9 @@ type cmpRow struct {
 	deleted bool // deleted again in the same transaction (Debezium's habit)
 	// occurred is the PostgreSQL comparison's timestamp column (set when inserted; nil: NULL)
 	occurred   *string
-	noOccurred bool // insert occurred as NULL
-	upperID    bool // the id stored in upper case (text id columns only)
+	noOccurred bool    // insert occurred as NULL
+	tracing    *string // setup T's tracingspancontext
+	upperID    bool    // the id stored in upper case (text id columns only)
 }
 
 // storedID is the id as written to the table.
@@ -152,7 +153,10 @@ func TestDebeziumByteForByte(t *testing.T) {
 	c := testenv.NewConnect(t, testenv.ConnectOpts{Bootstrap: k.Addr(), Connector: cfgs[0], More: cfgs[1:],
 		// an idempotent producer per task: its producer id tells Debezium's records on a raw topic
 		// (shared with outboxd) apart
-		Worker: map[string]string{"producer.enable.idempotence": "true"}})
+		Worker: map[string]string{"producer.enable.idempotence": "true"},
+		// OpenTelemetry's SDK (autoconfigured: W3C trace context and baggage, no exporter) for
+		// Debezium's tracing in the EventRouter (setup T's tracingspancontext column)
+		JVM: append([]string{"-Xms256m", "-Xmx1g", "-XX:+UseG1GC"}, otelJVM...)})
 	t.Logf("Kafka Connect + Debezium, %d connectors, streaming %v after exec", len(cfgs), c.Started.Round(time.Millisecond))
 	procs := make([]*harness.Proc, len(setups))
 	for i, s := range setups {

@@ -93,11 +93,12 @@ func dbzSetups() []dbzSetup {
 			},
 			outbox: "  topic_regex: '" + setupARegex + "'\n  null_key: produce\n  header_values: debezium\n  headers: {" + strings.Join(headers, ", ") + "}\n",
 		},
-		{name: "T", what: "StringConverter with route.tombstone.on.empty.payload=true on a text payload column (NULL, empty, blank), route.by.field=type",
+		{name: "T", what: "StringConverter with route.tombstone.on.empty.payload=true on a text payload column (NULL, empty, blank), route.by.field=type, tracing (tracingspancontext, OpenTelemetry SDK)",
 			table: "public.outbox_text", topic: "${routedByValue}",
 			connector: map[string]string{"transforms.outbox.route.tombstone.on.empty.payload": "true",
 				"transforms.outbox.route.by.field": "type"},
-			outbox: "  tombstone_on_empty_payload: true\n  null_key: produce\n  columns: {aggregate_type: type}\n  headers: {type: eventType}\n",
+			outbox:     "  tombstone_on_empty_payload: true\n  null_key: produce\n  columns: {aggregate_type: type}\n  headers: {type: eventType}\n",
+			deliberate: tracingDeliberate,
 		},
 		{name: "B", what: "debezium-examples' outbox: JsonConverter schemas.enable=false, table.field.event.timestamp, type:header:eventType, ${routedByValue}.events",
 			table: "public.outbox", topic: "${routedByValue}.events", tsColumn: "occurred", keyNullBytes: true,
@@ -170,4 +171,26 @@ http:
 outbox:
   topic: obx%s.%s
 %s`, dsn, s.table, low, low, brokers, s.name, offsets, s.name, s.topic, s.outbox)
+}
+
+// otelJVM turns on OpenTelemetry's autoconfigured SDK in the Connect worker (testenv's Debezium
+// lib has opentelemetry-api and -sdk-extension-autoconfigure): GlobalOpenTelemetry.get(), which
+// Debezium's tracing calls, is then a real SDK with the default propagators (tracecontext,
+// baggage), exporting nothing.
+var otelJVM = []string{"-Dotel.java.global-autoconfigure.enabled=true", "-Dotel.traces.exporter=none",
+	"-Dotel.metrics.exporter=none", "-Dotel.logs.exporter=none"}
+
+// tracingDeliberate: setup T's tracing rows (Debezium's EventRouter with OpenTelemetry's SDK).
+var tracingDeliberate = []deliberate{
+	{row: "*", field: "header traceparent span id", dbz: "*", obx: "*",
+		why: "Debezium starts a db-log-write span (a child of the writer's) and injects its random id; outboxd creates no spans and passes the writer's span id (same trace id and flags)"},
+	{row: "trace-escaped-key", field: "header names", dbz: "traceparent,id,eventType", obx: "id,eventType",
+		why: "a tracing column without a valid traceparent (here the key is traceparent=00-…, the = escaped): Debezium starts a new trace (a random trace id); outboxd sends no tracing headers (logged once)"},
+	{row: "trace-malformed", field: "header names", dbz: "traceparent,id,eventType", obx: "id,eventType", why: "as trace-escaped-key"},
+	{row: "trace-no-traceparent", field: "header names", dbz: "traceparent,id,eventType", obx: "id,eventType", why: "as trace-escaped-key"},
+	{row: "trace-spaced-state", field: "header tracestate", dbz: `"k=v,x=y"`, obx: `"k=v ,  x=y"`,
+		why: "not yet implemented (or deliberate, the lead decides): OpenTelemetry re-serialises tracestate (no blanks around list members); outboxd passes the column's value as written"},
+	{row: "trace-state-baggage", field: "header names", dbz: "traceparent,tracestate,id,eventType", obx: "traceparent,tracestate,baggage,id,eventType",
+		why: "not yet implemented: real Debezium 3.6.1 (OpenTelemetry SDK, default propagators) sends no baggage header for a tracing column with baggage=; outboxd sends one"},
+	{row: "trace-spaced-state", field: "header names", dbz: "traceparent,tracestate,id,eventType", obx: "traceparent,tracestate,baggage,id,eventType", why: "as trace-state-baggage"},
 }

@@ -26,7 +26,7 @@ var setupDDL = []string{
 	`ALTER TABLE public.outbox ADD COLUMN tenant text, ADD COLUMN attempt int, ADD COLUMN urgent boolean,
 		ADD COLUMN amount numeric(10,2), ADD COLUMN at timestamptz, ADD COLUMN day date, ADD COLUMN ref uuid,
 		ADD COLUMN doc jsonb, ADD COLUMN raw bytea, ADD COLUMN occurred timestamp, ADD COLUMN part integer`,
-	`CREATE TABLE public.outbox_text (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload text)`,
+	`CREATE TABLE public.outbox_text (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload text, tracingspancontext text)`,
 }
 
 // occurredBase is the occurred value of the first row; row i has occurredBase + i*1.001001 s.
@@ -65,7 +65,18 @@ func textRows() []cmpRow {
 		row("json-as-text", sp(`{"b": 1,  "a": [ ]}`)),
 		row("astral", sp("😀 𝄞 ünï")),
 		{label: "text-null-key", aggType: "Customer", aggID: nil, typ: sp("Text"), payload: sp("k")},
+		trace("valid", "traceparent=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+		trace("state-baggage", "#written by the app\ntraceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00\ntracestate=rojo=00f067aa0ba902b7,congo=t61rcWkgMzE\nbaggage=userId=alice,isProduction=false\n"),
+		trace("spaced-state", "traceparent:00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\ntracestate = k=v ,  x=y\nbaggage=a=1,  b=2"),
+		trace("escaped-key", "traceparent\\u003d00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+		trace("malformed", "traceparent=00-XYZ-b7ad6b7169203331-01"),
+		trace("no-traceparent", "tracestate=k=v"),
 	}
+}
+
+// trace is a setup T row with a tracing column (java.util.Properties text).
+func trace(label, props string) cmpRow {
+	return cmpRow{label: "trace-" + label, aggType: "Order", aggID: sp("trace-" + label), typ: sp("Traced"), payload: sp("t"), tracing: sp(props)}
 }
 
 func pgConn(t *testing.T, pg *testenv.Postgres) *pgx.Conn {
@@ -129,8 +140,8 @@ func insertWorkload(t *testing.T, conn *pgx.Conn) (rows, text []cmpRow, ntx int)
 		t.Fatal(err)
 	}
 	for _, r := range text {
-		if _, err := b.Exec(ctx, `INSERT INTO outbox_text (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, $4, $5)`,
-			r.id(), r.aggType, r.aggID, r.typ, r.payload); err != nil {
+		if _, err := b.Exec(ctx, `INSERT INTO outbox_text (id, aggregatetype, aggregateid, type, payload, tracingspancontext) VALUES ($1, $2, $3, $4, $5, $6)`,
+			r.id(), r.aggType, r.aggID, r.typ, r.payload, r.tracing); err != nil {
 			t.Fatalf("insert %s: %v", r.label, err)
 		}
 	}
