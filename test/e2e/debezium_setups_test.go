@@ -16,7 +16,7 @@ import (
 
 // dbzSetup is one Debezium configuration and outboxd's equivalent.
 type dbzSetup struct {
-	name string // A, T, B, C, D: topic prefixes dbz<name>. and obx<name>.
+	name string // A, T, B, C, D, E: topic prefixes dbz<name>. and obx<name>.
 	what string // one line for the logs and the golden README
 	// table is the outbox table both tools read (public.outbox: jsonb payload; public.outbox_text:
 	// text payload, for blank payloads).
@@ -28,9 +28,9 @@ type dbzSetup struct {
 	// topic is the route.topic.replacement after the dbz<name>. / obx<name>. prefix.
 	topic string
 	// tsColumn is the column Debezium's record timestamp comes from (table.field.event.timestamp):
-	// timestamps must be equal, except where the column is NULL. Empty: Debezium's timestamp is its
-	// processing time (the change event's ts_ms), compared loosely (outboxd's commit time at most
-	// tsSlack after it... see compareRecords).
+	// timestamps must be equal (ms), except where the column is NULL. Empty: Debezium's timestamp
+	// is its processing time (the change event's ts_ms), compared loosely with outboxd's (the
+	// commit time): within tsSlack (cmpOpts.exactTS).
 	tsColumn string
 	// keyNullBytes: the converter writes a NULL key as bytes (JsonConverter), so its partition is
 	// deterministic and compared; StringConverter writes a Kafka null key (partition not compared).
