@@ -18,11 +18,21 @@ import (
 // and outboxd's mysql source, on the same rows as the PostgreSQL comparison (payload as stored:
 // MariaDB's JSON is LONGTEXT, so no normalisation), plus an event id in upper case.
 
-// mariaDeliberate: the id header's case. (A BOOLEAN is TINYINT(1): both write 1/0; typed header
-// columns are written as Debezium does, outbox.header_values: debezium.)
-var mariaDeliberate = []deliberate{
-	{row: "upper-id", field: "header id", dbz: `"` + strings.ToUpper(cmpRow{label: "upper-id"}.id()) + `"`, obx: `"` + cmpRow{label: "upper-id"}.id() + `"`,
-		why: "an event id in a text column that is a uuid in upper case: Debezium passes it as stored, outboxd writes the canonical lower-case uuid (its id header is always canonical, whatever the column type: BINARY(16), CHAR(32/36), uuid)"},
+// upperIDDeliberate: an event id stored as an upper-case uuid text.
+var upperIDDeliberate = deliberate{row: "upper-id", field: "header id", dbz: `"` + strings.ToUpper(cmpRow{label: "upper-id"}.id()) + `"`, obx: `"` + cmpRow{label: "upper-id"}.id() + `"`,
+	why: "an event id in a text column that is a uuid in upper case: Debezium passes it as stored, outboxd writes the canonical lower-case uuid (its id header is always canonical, whatever the column type: BINARY(16), CHAR(32/36), uuid)"}
+
+// mariaDeliberate: the StringConverter pair's (typed header columns, outbox.header_values:
+// debezium; a BOOLEAN is TINYINT(1): both write 1/0).
+var mariaDeliberate = []deliberate{upperIDDeliberate,
+	{row: "typed-headers", field: "header ts", dbz: `"2026-01-02T03:04:05.123450Z"`, obx: `"2026-01-02T03:04:05.12345Z"`,
+		why: "not yet implemented: a MariaDB TIMESTAMP(6) as ZonedTimestamp keeps the column's 6 fractional digits in Debezium (trailing zeros too); outboxd trims them"},
+}
+
+// mariaJSONDeliberate: the JsonConverter pair's (schemas on, every column an envelope field).
+var mariaJSONDeliberate = []deliberate{upperIDDeliberate,
+	{row: "typed-headers", field: "value", dbz: "*", obx: "*",
+		why: "not yet implemented: as mariaDeliberate's header ts, in the envelope field ts (\"2026-01-02T03:04:05.123450Z\" vs \"…12345Z\"); the only difference in that value"},
 }
 
 // mariaOutboxDDL is MariaDBOutboxDDL with the comparison's header columns, utf8mb4 text and a
@@ -61,46 +71,54 @@ func TestDebeziumByteForByteMariaDB(t *testing.T) {
 		t.Fatal(err)
 	}
 	k, _ := newPrivateApache(t, testenv.ApacheOpts{})
-	cfgPath := filepath.Join(t.TempDir(), "outboxd.yaml")
-	writeFile(t, cfgPath, fmt.Sprintf(`source:
-  type: mysql
-  dsn: %s
-  tables: [app.outbox]
-  mysql:
-    server_id: 4343
-    start: current
-kafka:
-  brokers: [%s]
-offsets:
-  path: %s
-  commit_interval: 20ms
-http:
-  listen: ""
-outbox:
-  topic: obx.${routedByValue}
+	// outboxd twice: StringConverter's bytes with typed headers (as connector dbz-mariadb-outbox),
+	// and JsonConverter's with schemas and every column as an envelope field (as dbz-mariadb-json)
+	var envPlacement, envFields []string
+	for _, c := range []string{"type:eventType", "tenant:tenant", "attempt:attempt", "urgent:urgent", "amount:amount", "at:at", "ts:ts", "day:day", "raw:raw"} {
+		col, alias, _ := strings.Cut(c, ":")
+		envPlacement = append(envPlacement, col+":envelope:"+alias)
+		envFields = append(envFields, "    - {column: "+col+", placement: envelope, alias: "+alias+"}")
+	}
+	procs := []*harness.Proc{
+		startMariaOutboxd(t, m, k.Addr(), 4343, "outboxd.dlq", `  topic: obx.${routedByValue}
   null_key: produce
   headers: {type: eventType, tenant: tenant, attempt: attempt, urgent: urgent, amount: amount, at: at, ts: ts, day: day, raw: raw}
-`, m.DSN("app"), k.Addr(), filepath.Join(filepath.Dir(cfgPath), "offsets.json")))
-	p := startProc(t, cfgPath)
-	harness.WaitFor(t, 60*time.Second, "outboxd's binlog dump connected", func() bool {
-		select {
-		case <-p.Done:
-			t.Fatalf("outboxd exited with %d:\n%s", p.Code, p.Out.String())
-		default:
-		}
-		if !strings.Contains(p.Out.String(), "mysql source opening") {
-			return false
+`),
+		startMariaOutboxd(t, m, k.Addr(), 4344, "obxJ.dlq", `  topic: obxJ.${routedByValue}
+  null_key: produce
+  encoding: json_schema
+  schema_name_prefix: dbserver1
+  fields:
+`+strings.Join(envFields, "\n")+"\n"),
+	}
+	harness.WaitFor(t, 60*time.Second, "both outboxd's binlog dumps connected", func() bool {
+		for _, p := range procs {
+			select {
+			case <-p.Done:
+				t.Fatalf("outboxd exited with %d:\n%s", p.Code, p.Out.String())
+			default:
+			}
+			if !strings.Contains(p.Out.String(), "mysql source opening") {
+				return false
+			}
 		}
 		rows, _ := m.Query("", "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
-		return len(rows) == 1 && rows[0][0] != "0"
+		return len(rows) == 1 && rows[0][0] == "2"
 	})
 	cfg := testenv.DebeziumMariaDBOutbox(m.Conn("app"), 223344, "app.outbox", map[string]string{
 		"transforms.outbox.route.topic.replacement": "dbz.${routedByValue}",
 		"transforms.outbox.table.fields.additional.placement": "type:header:eventType,tenant:header:tenant,attempt:header:attempt,urgent:header:urgent," +
 			"amount:header:amount,at:header:at,ts:header:ts,day:header:day,raw:header:raw",
 	})
-	t.Logf("Debezium connector config:\n%s", dumpConfig(cfg))
-	c := testenv.NewConnect(t, testenv.ConnectOpts{Bootstrap: k.Addr(), Connector: cfg})
+	cfgJ := testenv.DebeziumMariaDBOutbox(m.Conn("app"), 223345, "app.outbox", mergeMaps(jsonConverters(true), map[string]string{
+		"name":                                  "dbz-mariadb-json",
+		"topic.prefix":                          "dbserver1",
+		"schema.history.internal.file.filename": testenv.ConnectDirVar + "/schema-history-json.dat",
+		"transforms.outbox.route.topic.replacement":           "dbzJ.${routedByValue}",
+		"transforms.outbox.table.fields.additional.placement": strings.Join(envPlacement, ","),
+	}))
+	t.Logf("Debezium connector configs:\n%s\n\n%s", dumpConfig(cfg), dumpConfig(cfgJ))
+	c := testenv.NewConnect(t, testenv.ConnectOpts{Bootstrap: k.Addr(), Connector: cfg, More: []map[string]string{cfgJ}})
 	t.Logf("Kafka Connect + Debezium %s streaming %v after exec", testenv.DebeziumMariaDBVersion, c.Started.Round(time.Millisecond))
 
 	txs := append(cmpTxs(), []cmpRow{{label: "upper-id", aggType: "Order", aggID: sp("order-upper"), typ: sp("Upper"), payload: sp(`{"u": 1}`), upperID: true}})
@@ -129,7 +147,7 @@ outbox:
 	}
 	typed := cmpRow{label: "typed-headers", aggType: "Order", aggID: sp("order-typed"), typ: sp("Typed"), payload: sp(`{}`)}
 	if err := m.Exec(ctx, "app", "SET time_zone = '+00:00'", fmt.Sprintf(`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, amount, at, ts, day, raw)
-		VALUES ('%s', 'Order', 'order-typed', 'Typed', '{}', 12.5, '2026-01-02 03:04:05.123456', '2026-01-02 03:04:05.123456', '2026-01-02', X'0001ff')`, typed.id())); err != nil {
+		VALUES ('%s', 'Order', 'order-typed', 'Typed', '{}', 12.5, '2026-01-02 03:04:05.123456', '2026-01-02 03:04:05.123450', '2026-01-02', X'0001ff')`, typed.id())); err != nil {
 		t.Fatal(err)
 	}
 	rows = append(rows, typed)
@@ -137,9 +155,42 @@ outbox:
 		t.Fatal(err)
 	}
 	res := compareDebezium(t, k.Addr(), rows, mariaDeliberate)
-	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
-		t.Errorf("outboxd exit code %d after SIGTERM", code)
+	dbzJ := readTopics(t, k.Addr(), `^dbzJ\..*`, len(rows), 2*time.Minute)
+	obxJ := readTopics(t, k.Addr(), `^obxJ\..*`, len(rows), time.Minute)
+	resJ := compareRecords(t, "json_schema", rows, dbzJ, obxJ, mariaJSONDeliberate,
+		cmpOpts{dbzPrefix: "dbzJ.", obxPrefix: "obxJ.", dlq: "obxJ.dlq", nullKeyPartition: true, schemaDefaults: true})
+	for _, p := range procs {
+		if code := p.Stop(t, syscall.SIGTERM); code != 0 {
+			t.Errorf("outboxd exit code %d after SIGTERM", code)
+		}
 	}
-	t.Logf("compared %d events (%d transactions): %d fields equal, %d deliberate differences, took %v",
-		len(rows), len(txs), res.equal, res.deliberate, time.Since(start).Round(time.Millisecond))
+	t.Logf("compared %d events (%d transactions), took %v:\nStringConverter with typed headers: %d fields equal, %d deliberate differences\n"+
+		"JsonConverter with schemas, every column an envelope field: %d fields equal, %d deliberate differences",
+		len(rows), len(txs), time.Since(start).Round(time.Millisecond), res.equal, res.deliberate, resJ.equal, resJ.deliberate)
+}
+
+// startMariaOutboxd starts an outboxd on m's app.outbox (binlog client serverID, from the current
+// position) with DLQ topic dlq and the given outbox: block.
+func startMariaOutboxd(t *testing.T, m *testenv.MariaDB, brokers string, serverID int, dlq, outbox string) *harness.Proc {
+	t.Helper()
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "outboxd.yaml")
+	writeFile(t, cfgPath, fmt.Sprintf(`source:
+  type: mysql
+  dsn: %s
+  tables: [app.outbox]
+  mysql:
+    server_id: %d
+    start: current
+kafka:
+  brokers: [%s]
+  dlq_topic: %s
+offsets:
+  path: %s
+  commit_interval: 20ms
+http:
+  listen: ""
+outbox:
+%s`, m.DSN("app"), serverID, brokers, dlq, filepath.Join(dir, "offsets.json"), outbox))
+	return startProc(t, cfgPath)
 }

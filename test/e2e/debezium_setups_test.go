@@ -70,7 +70,8 @@ const setupARegex = `(?<routedByValue>[A-Z][A-Za-z]*)`
 // setupDEnvelope are setup D's envelope fields: column, alias (Debezium's placement list and
 // outboxd's outbox.fields, in the same order).
 var setupDEnvelope = [][2]string{{"type", "eventType"}, {"tenant", "tenant"}, {"attempt", "attempt"}, {"urgent", "urgent"},
-	{"amount", "amount"}, {"at", "at"}, {"day", "day"}, {"ref", "ref"}, {"doc", "doc"}, {"raw", "raw"}, {"occurred", "occurredAt"}}
+	{"amount", "amount"}, {"at", "at"}, {"day", "day"}, {"ref", "ref"}, {"doc", "doc"}, {"raw", "raw"}, {"occurred", "occurredAt"},
+	{"created_at", "createdAt"}, {"prio", "prio"}, {"label", "label"}}
 
 func dbzSetups() []dbzSetup {
 	var envelopePlacement []string
@@ -123,7 +124,8 @@ func dbzSetups() []dbzSetup {
 				"topic.prefix": "dbserver1",
 				"transforms.outbox.table.fields.additional.placement": strings.Join(envelopePlacement, ","),
 			}),
-			outbox: "  encoding: json_schema\n  schema_name_prefix: dbserver1\n  null_key: produce\n  fields:\n" + envelopeFields,
+			outbox:     "  encoding: json_schema\n  schema_name_prefix: dbserver1\n  null_key: produce\n  fields:\n" + envelopeFields,
+			deliberate: []deliberate{schemaDefaultsPending(`"1970-01-01T00:00:00.000000Z" 5 "none"`)},
 		},
 		{name: "E", what: "JsonConverter schemas.enable=true (the Debezium image's default converter) with table.expand.json.payload=true and a missing header column ignored",
 			table: "public.outbox", topic: "${routedByValue}", keyNullBytes: true,
@@ -193,4 +195,12 @@ var tracingDeliberate = []deliberate{
 	{row: "trace-state-baggage", field: "header names", dbz: "traceparent,tracestate,id,eventType", obx: "traceparent,tracestate,baggage,id,eventType",
 		why: "not yet implemented: real Debezium 3.6.1 (OpenTelemetry SDK, default propagators) sends no baggage header for a tracing column with baggage=; outboxd sends one"},
 	{row: "trace-spaced-state", field: "header names", dbz: "traceparent,tracestate,id,eventType", obx: "traceparent,tracestate,baggage,id,eventType", why: "as trace-state-baggage"},
+}
+
+// schemaDefaultsPending is the difference of columns with a DEFAULT as envelope fields under
+// JsonConverter with schemas: Debezium's field schemas carry the default (found: the defaults in
+// field order as Debezium writes them), outboxd's do not yet.
+func schemaDefaultsPending(found string) deliberate {
+	return deliberate{row: "*", field: "value schema defaults", dbz: found, obx: "none",
+		why: "not yet implemented: Debezium puts a column's DEFAULT into its envelope field's schema (\"default\":…; DEFAULT now()/CURRENT_TIMESTAMP as 1970-01-01T00:00:00Z); outboxd writes no defaults"}
 }

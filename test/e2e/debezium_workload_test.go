@@ -25,7 +25,8 @@ var setupDDL = []string{
 	"ALTER SYSTEM SET timezone = 'UTC'", "SELECT pg_reload_conf()", // the text of timestamptz columns
 	`ALTER TABLE public.outbox ADD COLUMN tenant text, ADD COLUMN attempt int, ADD COLUMN urgent boolean,
 		ADD COLUMN amount numeric(10,2), ADD COLUMN at timestamptz, ADD COLUMN day date, ADD COLUMN ref uuid,
-		ADD COLUMN doc jsonb, ADD COLUMN raw bytea, ADD COLUMN occurred timestamp, ADD COLUMN part integer`,
+		ADD COLUMN doc jsonb, ADD COLUMN raw bytea, ADD COLUMN occurred timestamp, ADD COLUMN part integer,
+		ADD COLUMN prio integer NOT NULL DEFAULT 5, ADD COLUMN label text DEFAULT 'none'`,
 	`CREATE TABLE public.outbox_text (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload text, tracingspancontext text)`,
 }
 
@@ -129,7 +130,7 @@ func insertWorkload(t *testing.T, conn *pgx.Conn) (rows, text []cmpRow, ntx int)
 	typed := cmpRow{label: "typed-headers", aggType: "Order", aggID: sp("order-typed"), typ: sp("Typed"), payload: sp(`{}`),
 		occurred: sp("2026-01-02 03:04:05.999999")}
 	if _, err := conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, amount, at, day, ref, doc, raw, occurred)
-		VALUES ($1, $2, $3, $4, $5::jsonb, 12.5, '2026-01-02 03:04:05.123456+00', '2026-01-02', 'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11', '{"b": 1, "a": [true]}', '\x0001ff', $6::timestamp)`,
+		VALUES ($1, $2, $3, $4, $5::jsonb, 12.5, '2026-01-02 03:04:05.12345+00', '2026-01-02', 'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11', '{"b": 1, "a": [true]}', '\x0001ff', $6::timestamp)`,
 		typed.id(), typed.aggType, typed.aggID, typed.typ, typed.payload, typed.occurred); err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +168,8 @@ func (s dbzSetup) rowsOf(rows, text []cmpRow) []cmpRow {
 }
 
 func (s dbzSetup) cmpOpts() cmpOpts {
-	o := cmpOpts{dbzPrefix: "dbz" + s.name + ".", obxPrefix: "obx" + s.name + ".", dlq: "obx" + s.name + ".dlq", nullKeyPartition: s.keyNullBytes}
+	o := cmpOpts{dbzPrefix: "dbz" + s.name + ".", obxPrefix: "obx" + s.name + ".", dlq: "obx" + s.name + ".dlq", nullKeyPartition: s.keyNullBytes,
+		schemaDefaults: true}
 	if s.tsColumn != "" {
 		o.exactTS = func(r cmpRow) bool { return r.occurred != nil }
 	}
