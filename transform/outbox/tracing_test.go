@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"log/slog"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -89,14 +90,25 @@ func tracingRouter(t *testing.T, mod func(*Config)) *Router {
 // (tracing.with.context.field.only true).
 func TestTracing(t *testing.T) {
 	id := sink.Header{Key: "id", Value: []byte(uid)}
-	// whenPropagationContextIsProvidedATraceIsCreated: traceparent (and baggage) headers. Debezium's
-	// traceparent carries its new db-log-write span's id; outboxd's is the writer's, unchanged.
+	// whenPropagationContextIsProvidedATraceIsCreated: a traceparent header. Debezium's traceparent
+	// carries its new db-log-write span's id; outboxd's is the writer's, unchanged. That test
+	// (OpenTelemetry's java agent) also sees a baggage header; real Debezium 3.6.1 with the SDK
+	// sends none (the compare helper's run), and neither does outboxd.
 	r := tracingRouter(t, nil)
 	rec, err := r.Route(tracingRow("traceparent="+testTraceparent+"\nbaggage=testprop=testvalue\n"), time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	assertHeaders(t, "context provided", rec.Headers, []sink.Header{{Key: "traceparent", Value: []byte(testTraceparent)}, {Key: "baggage", Value: []byte("testprop=testvalue")}, id})
+	assertHeaders(t, "context provided", rec.Headers, []sink.Header{{Key: "traceparent", Value: []byte(testTraceparent)}, id})
+
+	// A later version is written as 00; only the sampled bit of the flags is kept (Debezium's new
+	// span under OpenTelemetry's default parent-based sampler).
+	rec, _ = r.Route(tracingRow("traceparent=01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03-more"), time.Time{})
+	assertHeaders(t, "version 01, flags 03", rec.Headers, []sink.Header{{Key: "traceparent", Value: []byte(testTraceparent)}, id})
+
+	// tracestate as OpenTelemetry re-serialises it (compare's golden setup T: "k=v ,  x=y" -> "k=v,x=y").
+	rec, _ = r.Route(tracingRow("traceparent="+testTraceparent+"\ntracestate=k\\=v ,  x\\=y"), time.Time{})
+	assertHeaders(t, "spaced tracestate", rec.Headers, []sink.Header{{Key: "traceparent", Value: []byte(testTraceparent)}, {Key: "tracestate", Value: []byte("k=v,x=y")}, id})
 
 	// Properties.store's escaping; tracestate when present, in W3C order.
 	rec, _ = r.Route(tracingRow("#Tue Dec 01 20:00:00 UTC 2026\ntraceparent="+testTraceparent+"\ntracestate=rojo\\=00f067aa0ba902b7,congo\\=t61rcWkgMzE\n"), time.Time{})
@@ -146,21 +158,59 @@ func TestTracingMalformed(t *testing.T) {
 	}
 }
 
+// TestValidTraceparent: OpenTelemetry's W3CTraceContextPropagator's verdicts
+// (testdata/javaoracle/TraceOracle.java).
 func TestValidTraceparent(t *testing.T) {
 	for tp, want := range map[string]string{
 		testTraceparent: "",
-		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00":     "",
-		"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01":     "version",
-		"00-00000000000000000000000000000000-00f067aa0ba902b7-01":     "trace id is all zero",
-		"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01":     "span id is all zero",
-		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0g":     "flags",
-		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-xyz": "not 00-",
-		"00-4bf92f3577b34da6a3ce929d0e0e473-600f067aa0ba902b7-01":     "not 00-",
-		"": "not 00-",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00":       "",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03":       "",
+		"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01":       "",
+		"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra": "",
+		"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01":       "version",
+		"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01":       "not lower-case hex",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-":      "version 00 has more",
+		" 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01":      "not <version>",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01  ":     "not <version>",
+		"00-00000000000000000000000000000000-00f067aa0ba902b7-01":       "trace id is all zero",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01":       "span id is all zero",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0g":       "flags",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-xyz":   "version 00 has more",
+		"00-4bf92f3577b34da6a3ce929d0e0e473-600f067aa0ba902b7-01":       "not <version>",
+		"": "not <version>",
 	} {
 		err := validTraceparent(tp)
 		if (want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), want) {
 			t.Errorf("validTraceparent(%q) = %v, want %q", tp, err, want)
+		}
+	}
+}
+
+// TestNormalizeTraceState: the tracestate OpenTelemetry 1.49.0's W3CTraceContextPropagator
+// injects after extracting each value ("" = none), as testdata/javaoracle/TraceOracle.java printed.
+func TestNormalizeTraceState(t *testing.T) {
+	var k32, k33 []string
+	for i := 0; i < 33; i++ {
+		k33 = append(k33, "k"+strconv.Itoa(i)+"=v")
+	}
+	k32 = k33[:32]
+	for _, c := range []struct{ in, want string }{
+		{"rojo=00f067aa0ba902b7,congo=t61rcWkgMzE", "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"},
+		{"k=v ,  x=y", "k=v,x=y"}, {"k=v,\tx=y", "k=v,x=y"}, {"k=v ,x=y\t,z=w", "k=v,x=y,z=w"},
+		{" k=v", ""}, {"k=v ", ""}, {"k=v\t", ""}, {"k=v,", "k=v"}, {",k=v", ""}, {"k=v,,x=y", ""}, {",", ""},
+		{"K=v", ""}, {"k=v=w", ""}, {"k=", ""}, {"=v", ""}, {"k=v,k=w", ""}, {"", ""}, {"  ", ""},
+		{"a@b=1", "a@b=1"}, {"a@=1", ""}, {"1a=x", ""}, {"1@v=x", "1@v=x"}, {"a@1=x", "a@1=x"}, {"a1=x", "a1=x"},
+		{"a@b@c=x", ""}, {"t@" + strings.Repeat("v", 13) + "=x", "t@" + strings.Repeat("v", 13) + "=x"},
+		{"t@" + strings.Repeat("v", 14) + "=x", ""}, {strings.Repeat("t", 240) + "@v=x", strings.Repeat("t", 240) + "@v=x"},
+		{strings.Repeat("t", 241) + "@v=x", ""}, {strings.Repeat("k", 256) + "=x", strings.Repeat("k", 256) + "=x"},
+		{strings.Repeat("k", 257) + "=x", ""}, {"a.b=x", ""}, {"a+b=x", ""}, {"@v=x", ""}, {"a@v_-*/=x", "a@v_-*/=x"},
+		{"a_b-c*d/e=x y", "a_b-c*d/e=x y"}, {"k=v~", "k=v~"}, {"k=é", ""}, {"k= v", "k= v"},
+		{"k=!\"#$%&'()*+-./:;<>?@[]^_`{|}", "k=!\"#$%&'()*+-./:;<>?@[]^_`{|}"},
+		{"k=" + strings.Repeat("v", 256), "k=" + strings.Repeat("v", 256)}, {"k=" + strings.Repeat("v", 257), ""},
+		{strings.Join(k32, ","), strings.Join(k32, ",")}, {strings.Join(k33, ","), ""},
+	} {
+		if got := normalizeTraceState(c.in); got != c.want {
+			t.Errorf("normalizeTraceState(%q) = %q, want OpenTelemetry's %q", c.in, got, c.want)
 		}
 	}
 }
