@@ -12,12 +12,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/outboxd/outboxd/internal/config"
 	"github.com/outboxd/outboxd/source"
 	"github.com/outboxd/outboxd/source/mysql"
 	"github.com/outboxd/outboxd/source/postgres"
+	"github.com/outboxd/outboxd/transform/outbox"
 )
 
 // opener builds the pipeline's sources.
@@ -199,14 +201,39 @@ func Parse(b []byte, lookup func(string) (string, bool)) (*config.Config, error)
 }
 
 // outboxColumns are the outbox columns outboxd reads: id, aggregate id, payload, the aggregate
-// type when the topic is routed by it, and the header columns.
+// type when the topic is routed by it (or by outbox.topic_regex), the timestamp column, and the
+// header, outbox.fields and explicit tracing columns unless outbox.missing_field is ignore. The
+// source checks that each table has them and that its publication (PostgreSQL) carries them.
 func outboxColumns(c *config.Config) []string {
 	cols := []string{c.Outbox.Columns.ID, c.Outbox.Columns.AggregateID, c.Outbox.Columns.Payload}
 	if strings.Contains(c.Outbox.Topic, "${routedByValue}") {
 		cols = append(cols, c.Outbox.Columns.AggregateType)
 	}
+	if c.Outbox.TopicRegex != "" && !slices.Contains(cols, c.Outbox.Columns.AggregateType) {
+		cols = append(cols, c.Outbox.Columns.AggregateType)
+	}
+	if ts, ok := strings.CutPrefix(c.Outbox.Timestamp, outbox.TimestampColumnPrefix); ok && ts != "" {
+		cols = append(cols, ts)
+	}
+	// With outbox.missing_field: ignore, header, fields and tracing columns may be absent (as
+	// Debezium's table.field.additional.missing=ignore): only the router's check names them.
+	if c.Outbox.MissingField == outbox.MissingFieldIgnore {
+		return cols
+	}
 	for _, h := range c.Outbox.Headers {
 		cols = append(cols, h.Column)
 	}
-	return cols
+	for _, f := range c.Outbox.Fields {
+		cols = append(cols, f.Column)
+	}
+	if c.Outbox.TracingColumn != nil && *c.Outbox.TracingColumn != "" {
+		cols = append(cols, *c.Outbox.TracingColumn)
+	}
+	var out []string
+	for _, col := range cols {
+		if !slices.Contains(out, col) {
+			out = append(out, col)
+		}
+	}
+	return out
 }
