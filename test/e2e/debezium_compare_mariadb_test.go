@@ -159,6 +159,21 @@ func TestDebeziumByteForByteMariaDB(t *testing.T) {
 	obxJ := readTopics(t, k.Addr(), `^obxJ\..*`, len(rows), time.Minute)
 	resJ := compareRecords(t, "json_schema", rows, dbzJ, obxJ, mariaJSONDeliberate,
 		cmpOpts{dbzPrefix: "dbzJ.", obxPrefix: "obxJ.", dlq: "obxJ.dlq", nullKeyPartition: true, schemaDefaults: true})
+	if dir := goldenDir(); dir != "" {
+		dbzS := readTopics(t, k.Addr(), `^dbz\..*`, len(rows), time.Minute)
+		obxS := readTopics(t, k.Addr(), `^(obx\..*|outboxd\.dlq)$`, len(rows), time.Minute)
+		proc := func(cmpRow) string { return "processing time, not deterministic" }
+		for _, g := range []struct {
+			name, what string
+			cfg        map[string]string
+			obx        string
+			dbz, recs  []cmpRecord
+		}{{"mariadb-S", "MariaDB, StringConverter, typed header columns", cfg, "headers (obx.${routedByValue})", dbzS, obxS},
+			{"mariadb-J", "MariaDB, JsonConverter schemas.enable=true, every column an envelope field", cfgJ, "json_schema envelope (obxJ.${routedByValue})", dbzJ, obxJ}} {
+			writeGoldenFile(t, filepath.Join(dir, g.name+".txt"), g.name+": "+g.what, "Debezium "+testenv.DebeziumMariaDBVersion+" connector config:\n"+dumpConfig(g.cfg), rows, g.dbz, proc)
+			writeGoldenFile(t, filepath.Join(dir, "outboxd", g.name+".txt"), g.name+": "+g.what, "outboxd: "+g.obx, rows, g.recs, func(cmpRow) string { return "outboxd" })
+		}
+	}
 	for _, p := range procs {
 		if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 			t.Errorf("outboxd exit code %d after SIGTERM", code)

@@ -190,11 +190,6 @@ var tracingDeliberate = []deliberate{
 		why: "a tracing column without a valid traceparent (here the key is traceparent=00-…, the = escaped): Debezium starts a new trace (a random trace id); outboxd sends no tracing headers (logged once)"},
 	{row: "trace-malformed", field: "header names", dbz: "traceparent,id,eventType", obx: "id,eventType", why: "as trace-escaped-key"},
 	{row: "trace-no-traceparent", field: "header names", dbz: "traceparent,id,eventType", obx: "id,eventType", why: "as trace-escaped-key"},
-	{row: "trace-spaced-state", field: "header tracestate", dbz: `"k=v,x=y"`, obx: `"k=v ,  x=y"`,
-		why: "not yet implemented (or deliberate, the lead decides): OpenTelemetry re-serialises tracestate (no blanks around list members); outboxd passes the column's value as written"},
-	{row: "trace-state-baggage", field: "header names", dbz: "traceparent,tracestate,id,eventType", obx: "traceparent,tracestate,baggage,id,eventType",
-		why: "not yet implemented: real Debezium 3.6.1 (OpenTelemetry SDK, default propagators) sends no baggage header for a tracing column with baggage=; outboxd sends one"},
-	{row: "trace-spaced-state", field: "header names", dbz: "traceparent,tracestate,id,eventType", obx: "traceparent,tracestate,baggage,id,eventType", why: "as trace-state-baggage"},
 }
 
 // schemaDefaultsPending is the difference of columns with a DEFAULT as envelope fields under

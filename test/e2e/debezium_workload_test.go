@@ -280,54 +280,58 @@ func goldenDir() string { return os.Getenv("OUTBOXD_DBZ_GOLDEN") }
 // config) and <dir>/outboxd/<setup>.txt (outboxd's, the same format, with its config).
 func writeGolden(t *testing.T, dir string, setups []dbzSetup, cfgs []map[string]string, rows, text []cmpRow, by map[string]*setupRecords) {
 	t.Helper()
-	if err := os.MkdirAll(filepath.Join(dir, "outboxd"), 0o755); err != nil {
-		t.Fatal(err)
-	}
 	for i, s := range setups {
 		rs := s.rowsOf(rows, text)
-		for _, side := range []struct {
-			path, config string
-			recs         []cmpRecord
-		}{
-			{filepath.Join(dir, s.name+".txt"), "Debezium " + testenv.DebeziumVersion + " connector config:\n" + dumpConfig(cfgs[i]), by[s.name].dbz},
-			{filepath.Join(dir, "outboxd", s.name+".txt"), "outboxd config:\n" + s.outboxdConfig("<dsn>", "<brokers>", "<offsets>"), by[s.name].obx},
-		} {
-			var b strings.Builder
-			fmt.Fprintf(&b, "# setup %s: %s\n# %s\n", s.name, s.what, strings.ReplaceAll(side.config, "\n", "\n#   "))
-			fmt.Fprintf(&b, "# %d rows, %d records read, in commit order\n\n", len(rs), len(side.recs))
-			byID := map[string]cmpRecord{}
-			for _, r := range side.recs {
-				id, _ := r.header("id")
-				byID[strings.ToLower(id)] = r
+		how := func(row cmpRow) string {
+			switch {
+			case s.tsColumn != "" && row.occurred != nil:
+				return "deterministic: column " + s.tsColumn + " = " + *row.occurred
+			case s.tsColumn != "":
+				return "column " + s.tsColumn + " is NULL: processing time, not deterministic"
 			}
-			for _, row := range rs {
-				fmt.Fprintf(&b, "record %s id=%s\n", row.label, row.id())
-				r, ok := byID[row.id()]
-				if !ok {
-					b.WriteString("  MISSING\n\n")
-					continue
-				}
-				fmt.Fprintf(&b, "  topic: %q\n  partition: %d\n  key: %s\n  value: %s\n", r.Topic, r.Partition, render(r.Key), render(r.Value))
-				for _, h := range r.Headers {
-					fmt.Fprintf(&b, "  header %s: %s\n", h.Key, render(h.Value))
-				}
-				tsType := map[int8]string{0: "CreateTime", 1: "LogAppendTime"}[r.TSType]
-				how := "processing time, not deterministic"
-				if strings.HasPrefix(side.config, "outboxd") {
-					how = "outboxd"
-				} else if s.tsColumn != "" && row.occurred != nil {
-					how = "deterministic: column " + s.tsColumn + " = " + *row.occurred
-				} else if s.tsColumn != "" {
-					how = "column " + s.tsColumn + " is NULL: processing time, not deterministic"
-				}
-				fmt.Fprintf(&b, "  timestamp: %d %s (%s)\n\n", r.Timestamp.UnixMilli(), tsType, how)
-			}
-			if err := os.WriteFile(side.path, []byte(b.String()), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			return "processing time, not deterministic"
 		}
+		head := "setup " + s.name + ": " + s.what
+		writeGoldenFile(t, filepath.Join(dir, s.name+".txt"), head, "Debezium "+testenv.DebeziumVersion+" connector config:\n"+dumpConfig(cfgs[i]), rs, by[s.name].dbz, how)
+		writeGoldenFile(t, filepath.Join(dir, "outboxd", s.name+".txt"), head, "outboxd config:\n"+s.outboxdConfig("<dsn>", "<brokers>", "<offsets>"), rs, by[s.name].obx,
+			func(cmpRow) string { return "outboxd" })
 	}
 	t.Logf("golden records written to %s", dir)
+}
+
+// writeGoldenFile writes one tool's records of rows to path (format: dbz-golden's README.md):
+// head and config as # lines, then per row in commit order its record, how(row) saying how the
+// timestamp came about.
+func writeGoldenFile(t *testing.T, path, head, config string, rows []cmpRow, recs []cmpRecord, how func(cmpRow) string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# %s\n# %s\n", head, strings.ReplaceAll(config, "\n", "\n#   "))
+	fmt.Fprintf(&b, "# %d rows, %d records read, in commit order\n\n", len(rows), len(recs))
+	byID := map[string]cmpRecord{}
+	for _, r := range recs {
+		id, _ := r.header("id")
+		byID[strings.ToLower(id)] = r
+	}
+	for _, row := range rows {
+		fmt.Fprintf(&b, "record %s id=%s\n", row.label, row.id())
+		r, ok := byID[row.id()]
+		if !ok {
+			b.WriteString("  MISSING\n\n")
+			continue
+		}
+		fmt.Fprintf(&b, "  topic: %q\n  partition: %d\n  key: %s\n  value: %s\n", r.Topic, r.Partition, render(r.Key), render(r.Value))
+		for _, h := range r.Headers {
+			fmt.Fprintf(&b, "  header %s: %s\n", h.Key, render(h.Value))
+		}
+		tsType := map[int8]string{0: "CreateTime", 1: "LogAppendTime"}[r.TSType]
+		fmt.Fprintf(&b, "  timestamp: %d %s (%s)\n\n", r.Timestamp.UnixMilli(), tsType, how(row))
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // writeDiffs writes every difference of the setups' comparison (deliberate or not) as markdown to
