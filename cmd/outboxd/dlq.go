@@ -101,8 +101,13 @@ func dlqCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	log := app.NewLogger(cfg.Log, stderr)
+	route, err := app.ReplayRoute(ctx, cfg, router, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "outboxd: %v\n", err)
+		return 2
+	}
 	sum, err := dlqtool.Replay(ctx, dlqtool.ReplayOptions{Conn: conn, IDs: ids, All: all, Timeout: timeout, Log: log,
-		Route: router.Route}, stdout)
+		Route: route}, stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "outboxd %s\n", scrubKafka(cfg, err))
 		return 1
