@@ -87,8 +87,12 @@ func columnType(c *column, meta uint16, known, nullable bool) source.Type {
 		if meta > 3 {
 			t.Kind = source.KindMicroTimestamp
 		}
-	case gomysql.MYSQL_TYPE_TIMESTAMP, gomysql.MYSQL_TYPE_TIMESTAMP2:
+	case gomysql.MYSQL_TYPE_TIMESTAMP: // before MySQL 5.6: no fractional seconds
 		t.Kind = source.KindZonedTimestamp
+	case gomysql.MYSQL_TYPE_TIMESTAMP2: // metadata: fsp
+		// Debezium writes the ZonedTimestamp with the column's fractional width (TIMESTAMP(6):
+		// "….123450Z", as real Debezium's MariaDB connector does).
+		t.Kind, t.Scale = source.KindZonedTimestamp, int(meta)
 	case gomysql.MYSQL_TYPE_JSON:
 		t.Kind = source.KindJSON
 	case gomysql.MYSQL_TYPE_GEOMETRY, gomysql.MYSQL_TYPE_VECTOR:
