@@ -23,17 +23,12 @@ var upperIDDeliberate = deliberate{row: "upper-id", field: "header id", dbz: `"`
 	why: "an event id in a text column that is a uuid in upper case: Debezium passes it as stored, outboxd writes the canonical lower-case uuid (its id header is always canonical, whatever the column type: BINARY(16), CHAR(32/36), uuid)"}
 
 // mariaDeliberate: the StringConverter pair's (typed header columns, outbox.header_values:
-// debezium; a BOOLEAN is TINYINT(1): both write 1/0).
-var mariaDeliberate = []deliberate{upperIDDeliberate,
-	{row: "typed-headers", field: "header ts", dbz: `"2026-01-02T03:04:05.123450Z"`, obx: `"2026-01-02T03:04:05.12345Z"`,
-		why: "not yet implemented: a MariaDB TIMESTAMP(6) as ZonedTimestamp keeps the column's 6 fractional digits in Debezium (trailing zeros too); outboxd trims them"},
-}
-
-// mariaJSONDeliberate: the JsonConverter pair's (schemas on, every column an envelope field).
-var mariaJSONDeliberate = []deliberate{upperIDDeliberate,
-	{row: "typed-headers", field: "value", dbz: "*", obx: "*",
-		why: "not yet implemented: as mariaDeliberate's header ts, in the envelope field ts (\"2026-01-02T03:04:05.123450Z\" vs \"…12345Z\"); the only difference in that value"},
-}
+// debezium; a BOOLEAN is TINYINT(1): both write 1/0) and the JsonConverter pair's (schemas on,
+// every column an envelope field).
+var (
+	mariaDeliberate     = []deliberate{upperIDDeliberate}
+	mariaJSONDeliberate = []deliberate{upperIDDeliberate}
+)
 
 // mariaOutboxDDL is MariaDBOutboxDDL with the comparison's header columns, utf8mb4 text and a
 // nullable aggregateid (to show the NULL key row as on PostgreSQL).
