@@ -47,6 +47,13 @@ type Type struct {
 	// "connect.decimal.precision" schema parameters); Precision 0 means unconstrained (PostgreSQL
 	// numeric without a typmod, Debezium's VariableScaleDecimal; Scale is then 0).
 	Scale, Precision int
+	// HasDefault is true when Debezium's connector gives the column's Connect schema a default
+	// value (from the column's DEFAULT, by the connector's rules for its type: a function such as
+	// now() gives a placeholder like the epoch); Default is that value in the text form of the
+	// Kind's Value.Bytes (e.g. "5", "none", "1970-01-01 00:00:00+00"). JsonConverter writes it
+	// as the schema's "default" and in place of a NULL value.
+	HasDefault bool
+	Default    string
 }
 
 // Kind is a column's Kafka Connect type as Debezium maps it, with the text form a source puts in

@@ -12,9 +12,10 @@ import (
 
 // outboxColumnsQuery lists a table's columns as pgoutput's Relation message carries them (in
 // table order, without dropped and generated columns, which logical replication does not send),
-// with the facts types.go maps: type OID, type modifier and NOT NULL.
-const outboxColumnsQuery = `SELECT a.attname, a.atttypid, a.atttypmod, a.attnotnull
+// with the facts types.go maps: type OID, type modifier and NOT NULL, and defaults.go's DEFAULT.
+const outboxColumnsQuery = `SELECT a.attname, a.atttypid, a.atttypmod, a.attnotnull, pg_get_expr(d.adbin, d.adrelid)
 	FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+	LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 	WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
 	ORDER BY a.attnum`
 
@@ -46,9 +47,14 @@ func (a *Adapter) OutboxTableColumns(ctx context.Context, table string) (cols []
 	var oid uint32
 	var typmod int32
 	var notNull bool
-	_, err = pgx.ForEachRow(rows, []any{&col, &oid, &typmod, &notNull}, func() error {
+	var def *string
+	_, err = pgx.ForEachRow(rows, []any{&col, &oid, &typmod, &notNull, &def}, func() error {
 		cols = append(cols, col)
-		types = append(types, columnType(oid, typmod, notNull))
+		t := columnType(oid, typmod, notNull)
+		if def != nil {
+			t.Default, t.HasDefault = columnDefault(oid, t, *def)
+		}
+		types = append(types, t)
 		return nil
 	})
 	if err != nil {

@@ -35,6 +35,10 @@ func NewDecoderFor(r Relations) *Decoder {
 		loadedAt: r.LoadedAt,
 		rels:     make(map[uint32]*relation),
 		notNull:  maps.Clone(r.NotNull), // Resolve adds to it; r stays as loaded
+		defaults: maps.Clone(r.Defaults),
+	}
+	if d.defaults == nil {
+		d.defaults = make(map[uint32]map[string]string)
 	}
 	if d.notNull == nil {
 		d.notNull = make(map[uint32]map[string]bool)
@@ -90,6 +94,7 @@ func (d *Decoder) addDescendant(oid uint32, name string, parent *outboxTable) {
 func (d *Decoder) Resolve(oid uint32, cr CatalogRelation) {
 	if cr.NotNull != nil {
 		d.notNull[oid] = cr.NotNull
+		d.defaults[oid] = cr.Defaults
 	}
 	if !cr.Exists {
 		d.foreign[oid] = "it no longer exists in the catalog, so outboxd cannot tell whether it was a partition or inheritance child of a table in source.tables (a partition dropped before outboxd read its rows? publish partitioned outbox tables WITH (publish_via_partition_root = true) so their rows arrive under the table's own name)"

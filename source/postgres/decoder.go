@@ -79,7 +79,8 @@ type Decoder struct {
 	foreign  map[uint32]string       // OIDs resolved as not attributed → why
 	loadedAt pglogrepl.LSN           // Relations.LoadedAt
 	rels     map[uint32]*relation
-	notNull  map[uint32]map[string]bool // relation OID → its NOT NULL columns (Relations.NotNull, Resolve)
+	notNull  map[uint32]map[string]bool   // relation OID → its NOT NULL columns (Relations.NotNull, Resolve)
+	defaults map[uint32]map[string]string // relation OID → its columns' DEFAULTs (Relations.Defaults, Resolve)
 
 	log       *slog.Logger    // notices about history replayed after a restart; nil: none
 	onMessage func(pgMessage) // logical decoding messages that are not outboxd heartbeats; nil: none
@@ -217,11 +218,15 @@ func (d *Decoder) relation(r *reader) error {
 	rel.oids = make([]uint32, n)
 	rel.types = make([]source.Type, n)
 	notNull := d.notNull[id] // nil: unknown, every column nullable
+	defaults := d.defaults[id]
 	for i := 0; i < n; i++ {
 		r.u8() // flags (part of the key)
 		rel.columns[i] = r.cstring()
 		rel.oids[i] = r.u32()
 		rel.types[i] = columnType(rel.oids[i], int32(r.u32()), notNull[rel.columns[i]])
+		if expr, ok := defaults[rel.columns[i]]; ok {
+			rel.types[i].Default, rel.types[i].HasDefault = columnDefault(rel.oids[i], rel.types[i], expr)
+		}
 	}
 	if r.err != nil {
 		return fmt.Errorf("pgoutput: Relation %s (id %d): %w", qualified, id, r.err)

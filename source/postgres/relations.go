@@ -49,6 +49,11 @@ type Relations struct {
 	// json_schema "optional" flag, so a SET/DROP NOT NULL while outboxd runs shows from the next
 	// start (a relation looked up while streaming, lookupRelation, brings its own).
 	NotNull map[uint32]map[string]bool
+	// Defaults is, per relation OID like NotNull, its columns' DEFAULT expressions as pgjdbc's
+	// COLUMN_DEF gives them to Debezium (pg_get_expr of pg_attrdef), read by the same query and
+	// at the same time; a column without a DEFAULT is absent. defaults.go turns them into the
+	// source.Type's default.
+	Defaults map[uint32]map[string]string
 }
 
 // TableRelation is one table of source.tables as the catalog has it.
@@ -73,8 +78,9 @@ func (r RelationName) String() string { return r.Schema + "." + r.Table }
 type CatalogRelation struct {
 	Exists    bool
 	Name      RelationName
-	Ancestors []uint32        // pg_inherits parents, every level
-	NotNull   map[string]bool // its NOT NULL columns (see Relations.NotNull); nil: unknown
+	Ancestors []uint32          // pg_inherits parents, every level
+	NotNull   map[string]bool   // its NOT NULL columns (see Relations.NotNull); nil: unknown
+	Defaults  map[string]string // its columns' DEFAULT expressions (see Relations.Defaults)
 }
 
 // UnknownRelationError is returned by Decode for a Relation message whose OID the decoder cannot
@@ -178,14 +184,21 @@ func loadRelations(ctx context.Context, conn *pgx.Conn, tables []string) (*Relat
 	return rels, nil
 }
 
-// notNullQuery lists the NOT NULL columns of the relations $1.
-const notNullQuery = `SELECT attrelid, attname FROM pg_attribute
-	WHERE attrelid = ANY($1::oid[]) AND attnum > 0 AND NOT attisdropped AND attnotnull`
+// notNullQuery lists the columns of the relations $1 that are NOT NULL or have a DEFAULT (with
+// its expression as pgjdbc's getColumns reads it).
+const notNullQuery = `SELECT a.attrelid, a.attname, a.attnotnull, pg_get_expr(d.adbin, d.adrelid)
+	FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+	WHERE a.attrelid = ANY($1::oid[]) AND a.attnum > 0 AND NOT a.attisdropped
+		AND (a.attnotnull OR d.adbin IS NOT NULL)`
 
-// loadNotNull adds the NOT NULL columns of oids to rels.NotNull.
+// loadNotNull adds the NOT NULL columns of oids to rels.NotNull and their DEFAULTs to
+// rels.Defaults.
 func loadNotNull(ctx context.Context, conn *pgx.Conn, oids []uint32, rels *Relations) error {
 	if rels.NotNull == nil {
 		rels.NotNull = make(map[uint32]map[string]bool)
+	}
+	if rels.Defaults == nil {
+		rels.Defaults = make(map[uint32]map[string]string)
 	}
 	for _, o := range oids { // a relation without NOT NULL columns is known too: an empty set
 		if rels.NotNull[o] == nil {
@@ -198,8 +211,18 @@ func loadNotNull(ctx context.Context, conn *pgx.Conn, oids []uint32, rels *Relat
 	}
 	var oid uint32
 	var col string
-	_, err = pgx.ForEachRow(rows, []any{&oid, &col}, func() error {
-		rels.NotNull[oid][col] = true
+	var notNull bool
+	var def *string
+	_, err = pgx.ForEachRow(rows, []any{&oid, &col, &notNull, &def}, func() error {
+		if notNull {
+			rels.NotNull[oid][col] = true
+		}
+		if def != nil {
+			if rels.Defaults[oid] == nil {
+				rels.Defaults[oid] = map[string]string{}
+			}
+			rels.Defaults[oid][col] = *def
+		}
 		return nil
 	})
 	return err
@@ -227,6 +250,7 @@ func lookupRelation(ctx context.Context, conn *pgx.Conn, oid uint32) (CatalogRel
 		return cr, fmt.Errorf("read the NOT NULL columns of relation OID %d: %w", oid, err)
 	}
 	cr.NotNull = rels.NotNull[oid]
+	cr.Defaults = rels.Defaults[oid]
 	return cr, nil
 }
 

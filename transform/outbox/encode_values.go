@@ -76,6 +76,14 @@ func columnSchema(t source.Type) *connectjson.Schema {
 	default: // KindString and anything unknown
 		s.Type = connectjson.TypeString
 	}
+	if t.HasDefault {
+		// The column's DEFAULT as the source gives Debezium's (source.Type.Default): JsonConverter
+		// writes it as "default" and in place of a NULL value. A default that is not valid text
+		// for the Kind is left out, as Debezium leaves out one it cannot convert.
+		if v, err := columnValue("", source.Value{Bytes: []byte(t.Default)}, t); err == nil {
+			s.Default = &v
+		}
+	}
 	return s
 }
 
