@@ -27,7 +27,9 @@ var upperIDDeliberate = deliberate{row: "upper-id", field: "header id", dbz: `"`
 // every column an envelope field).
 var (
 	mariaDeliberate     = []deliberate{upperIDDeliberate}
-	mariaJSONDeliberate = []deliberate{upperIDDeliberate}
+	mariaJSONDeliberate = []deliberate{upperIDDeliberate,
+		{row: "*", field: "value schema defaults", dbz: `"1970-01-01T00:00:00Z"`, obx: "none",
+			why: "not yet implemented: Debezium puts a column's DEFAULT into its envelope field's schema (created_at TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6): \"default\":\"1970-01-01T00:00:00Z\"); outboxd's mysql source reads no defaults (PostgreSQL's does, 4a81e22)"}}
 )
 
 // mariaOutboxDDL is MariaDBOutboxDDL with the comparison's header columns, utf8mb4 text and a
@@ -69,7 +71,7 @@ func TestDebeziumByteForByteMariaDB(t *testing.T) {
 	// outboxd twice: StringConverter's bytes with typed headers (as connector dbz-mariadb-outbox),
 	// and JsonConverter's with schemas and every column as an envelope field (as dbz-mariadb-json)
 	var envPlacement, envFields []string
-	for _, c := range []string{"type:eventType", "tenant:tenant", "attempt:attempt", "urgent:urgent", "amount:amount", "at:at", "ts:ts", "day:day", "raw:raw"} {
+	for _, c := range []string{"type:eventType", "tenant:tenant", "attempt:attempt", "urgent:urgent", "amount:amount", "at:at", "ts:ts", "day:day", "raw:raw", "created_at:createdAt"} {
 		col, alias, _ := strings.Cut(c, ":")
 		envPlacement = append(envPlacement, col+":envelope:"+alias)
 		envFields = append(envFields, "    - {column: "+col+", placement: envelope, alias: "+alias+"}")
