@@ -32,7 +32,7 @@ type encodingRow struct {
 func TestEncodingE2E(t *testing.T) {
 	const envSchema = `{"type":"struct","fields":[%s,` +
 		`{"type":"string","optional":true,"field":"eventType"},` +
-		`{"type":"boolean","optional":false,"field":"deleted"}],"optional":false,"name":"dbserver1.public.outbox.Order.Value"}`
+		`{"type":"boolean","optional":false,"default":false,"field":"deleted"}],"optional":false,"name":"dbserver1.public.outbox.Order.Value"}` // DEFAULT false: Debezium's schema default
 	const jsonSchemaPayload = `{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1,"field":"payload"}`
 	const expandedSchema = `{"type":"struct","fields":[{"type":"string","optional":true,"field":"a"},` +
 		`{"type":"array","items":{"type":"int32","optional":true},"optional":true,"field":"b"}],"optional":true,"name":"payload","field":"payload"}`
