@@ -129,8 +129,9 @@ func insertWorkload(t *testing.T, conn *pgx.Conn) (rows, text []cmpRow, ntx int)
 	}
 	typed := cmpRow{label: "typed-headers", aggType: "Order", aggID: sp("order-typed"), typ: sp("Typed"), payload: sp(`{}`),
 		occurred: sp("2026-01-02 03:04:05.999999")}
-	if _, err := conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, amount, at, day, ref, doc, raw, occurred)
-		VALUES ($1, $2, $3, $4, $5::jsonb, 12.5, '2026-01-02 03:04:05.12345+00', '2026-01-02', 'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11', '{"b": 1, "a": [true]}', '\x0001ff', $6::timestamp)`,
+	// label NULL although it has a DEFAULT: JsonConverter's replace.null.with.default
+	if _, err := conn.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, label, amount, at, day, ref, doc, raw, occurred)
+		VALUES ($1, $2, $3, $4, $5::jsonb, NULL, 12.5, '2026-01-02 03:04:05.12345+00', '2026-01-02', 'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11', '{"b": 1, "a": [true]}', '\x0001ff', $6::timestamp)`,
 		typed.id(), typed.aggType, typed.aggID, typed.typ, typed.payload, typed.occurred); err != nil {
 		t.Fatal(err)
 	}
