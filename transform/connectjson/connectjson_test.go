@@ -274,7 +274,7 @@ func TestDecimalUnscaled(t *testing.T) {
 	}
 }
 
-// FuzzConnectJSON (add to .ci/fuzz): AppendString output parses back with encoding/json to the
+// FuzzConnectJSON (.ci/fuzz runs it with the others): AppendString output parses back with encoding/json to the
 // string Java would hold; AppendDouble/AppendFloat parse back to the same number; Expand never
 // panics and what it expands AppendValue writes as valid JSON.
 func FuzzConnectJSON(f *testing.F) {
