@@ -33,14 +33,7 @@ func trow(cols ...col) *source.Row {
 	for _, c := range cols {
 		r.Columns = append(r.Columns, c.name)
 		r.Types = append(r.Types, c.t)
-		switch v := c.v.(type) {
-		case nil:
-			r.Values = append(r.Values, source.Value{Null: true})
-		case string:
-			r.Values = append(r.Values, source.Value{Bytes: []byte(v)})
-		case []byte:
-			r.Values = append(r.Values, source.Value{Bytes: v})
-		}
+		r.Values = append(r.Values, testValue(c.v))
 	}
 	return r
 }

@@ -14,16 +14,20 @@ func row(kv ...any) *source.Row {
 	r := &source.Row{Table: "public.outbox"}
 	for i := 0; i < len(kv); i += 2 {
 		r.Columns = append(r.Columns, kv[i].(string))
-		switch v := kv[i+1].(type) {
-		case nil:
-			r.Values = append(r.Values, source.Value{Null: true})
-		case string:
-			r.Values = append(r.Values, source.Value{Bytes: []byte(v)})
-		case []byte:
-			r.Values = append(r.Values, source.Value{Bytes: v})
-		}
+		r.Values = append(r.Values, testValue(kv[i+1]))
 	}
 	return r
+}
+
+// testValue is a column value of a hand-built row: nil is SQL NULL, a string or []byte its bytes.
+func testValue(v any) source.Value {
+	switch v := v.(type) {
+	case string:
+		return source.Value{Bytes: []byte(v)}
+	case []byte:
+		return source.Value{Bytes: v}
+	}
+	return source.Value{Null: true}
 }
 
 const uid = "6f1c2a3b-4d5e-4f60-8a7b-9c0d1e2f3a4b"
