@@ -284,7 +284,7 @@ func (r *Router) route(row *source.Row, commit time.Time) (sink.Record, error) {
 			return rec, err
 		}
 	}
-	rec.Headers = make([]sink.Header, 0, 1+len(r.cfg.Headers))
+	rec.Headers = make([]sink.Header, 0, 1+len(r.hs.cols)) // id, then the header columns (headers.go)
 	rec.Headers = append(rec.Headers, sink.Header{Key: "id", Value: canonicalID(id.Bytes)})
 	if err := r.appendHeaders(&rec, row); err != nil { // headers.go
 		return rec, err
@@ -293,20 +293,6 @@ func (r *Router) route(row *source.Row, commit time.Time) (sink.Record, error) {
 		return rec, err
 	}
 	return rec, nil
-}
-
-// lookup returns the named column's value and type. A column the row lacks is a missing_column
-// *Error, and so is a NULL one when required.
-func (r *Router) lookup(row *source.Row, col string, required bool) (source.Value, source.Type, error) {
-	v, t, ok := row.Lookup(col)
-	if !ok {
-		return v, t, &Error{Reason: "missing_column", Column: col,
-			Msg: fmt.Sprintf("table %s has no column %q (check outbox.columns)", row.Table, col)}
-	}
-	if required && v.Null {
-		return v, t, &Error{Reason: "missing_column", Column: col, Msg: fmt.Sprintf("column %q is NULL", col)}
-	}
-	return v, t, nil
 }
 
 // field looks up a column of outbox.fields (or outbox.headers): ok false when the row lacks it
