@@ -52,6 +52,10 @@ func testDB(t *testing.T, name string) (string, *pgx.Conn) {
 	if err := pgShared.Exec(ctx, name, testenv.OutboxDDL, `CREATE TABLE public.other (id bigserial PRIMARY KEY, note text)`); err != nil {
 		t.Fatal(err)
 	}
+	// The package shares one server with max_replication_slots=20 (testenv) and every test
+	// makes at least one slot: drop this database's slots once the test is done (this cleanup
+	// runs after the test's own, which close its sources), so later tests find a free one.
+	t.Cleanup(func() { dropSlots(t, name) })
 	dsn := pgShared.DSN(name)
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
@@ -59,6 +63,34 @@ func testDB(t *testing.T, name string) (string, *pgx.Conn) {
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	return dsn, conn
+}
+
+// dropSlots drops every replication slot of database db, waiting (a walsender may take a moment
+// to exit after its source is closed) until none is left.
+func dropSlots(t *testing.T, db string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, pgShared.DSN("postgres"))
+	if err != nil {
+		t.Errorf("drop the slots of database %s: %v", db, err)
+		return
+	}
+	defer c.Close(context.Background())
+	for {
+		var left int
+		err := c.QueryRow(ctx, `SELECT coalesce(sum(CASE WHEN active THEN 1
+			ELSE (SELECT 0 FROM pg_drop_replication_slot(slot_name)) END), 0)
+			FROM pg_replication_slots WHERE database = $1`, db).Scan(&left)
+		if err == nil && left == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Errorf("drop the slots of database %s: %d still active, last error %v", db, left, err)
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 func testLog() *slog.Logger {
