@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/outboxd/outboxd/internal/config"
 	"github.com/outboxd/outboxd/source"
@@ -103,6 +104,31 @@ type outboxLister interface {
 	OutboxTableColumns(ctx context.Context, table string) (cols []string, types []source.Type, ok bool, err error)
 }
 
+// scanner reads the rows already in an outbox table (`outboxd republish`, republish.go).
+type scanner interface {
+	// ScanOutbox calls fn with the rows q selects, in q's order, at most q.Batch rows a call,
+	// shaped as the source's stream shapes them (Columns, Values in the same text form, Types),
+	// on a normal (not replication) connection, reading a consistent snapshot of the table. fn's
+	// rows are not used by the scan after fn returns; an error from fn ends the scan with it. It
+	// blocks on the database for at most ctx. Not called concurrently.
+	ScanOutbox(ctx context.Context, q source.ScanQuery, fn func(rows []source.Row) error) error
+	// CountOutbox returns how many rows q selects (q.Batch ignored), for progress.
+	CountOutbox(ctx context.Context, q source.ScanQuery) (int64, error)
+}
+
+// cleaner deletes delivered outbox rows (outbox.cleanup, cleanup.go).
+type cleaner interface {
+	// DeleteOutboxRows deletes the rows of table whose id column (outbox.columns.id) is one of
+	// ids and, when retain > 0, that are older than retain by the adapter's own measure of a
+	// row's age; it returns how many it deleted. One statement, on a normal connection the
+	// adapter keeps; blocks for at most ctx. Not called concurrently.
+	DeleteOutboxRows(ctx context.Context, table string, ids [][]byte, retain time.Duration) (int64, error)
+	// OutboxRowEstimate is the server's estimate of table's row count (outboxd_outbox_table_rows).
+	OutboxRowEstimate(ctx context.Context, table string) (int64, error)
+	// CloseCleaner releases the cleaner's connection.
+	CloseCleaner()
+}
+
 // adapter is every concern of a source type.
 type adapter interface {
 	opener
@@ -121,14 +147,28 @@ var sources = []struct {
 		p := c.Source.Postgres
 		return postgres.NewAdapter(postgres.Settings{DSN: c.Source.DSN, Tables: c.Source.Tables, Columns: outboxColumns(c),
 			Slot: p.Slot, Publication: p.Publication, HeartbeatInterval: p.HeartbeatInterval, StatusInterval: p.StatusInterval,
-			CoverageCheckInterval: p.CoverageCheckInterval}, log)
+			CoverageCheckInterval: p.CoverageCheckInterval, MessagePrefix: messagePrefix(p.Messages), Snapshot: p.Snapshot,
+			OrderColumn: c.Outbox.OrderColumn}, log)
 	}},
 	{"mysql", func(c *config.Config, log *slog.Logger) adapter {
 		m := c.Source.MySQL
 		return mysql.NewAdapter(mysql.Settings{DSN: c.Source.DSN, Tables: c.Source.Tables, Columns: outboxColumns(c),
 			ServerID: m.ServerID, Start: m.Start, AllowMinimalRowMetadata: m.AllowMinimalRowMetadata,
+			Snapshot: m.Snapshot, OrderColumn: c.Outbox.OrderColumn,
 			OffsetsStore: func(name string) string { return storeDescription(c, name) }}, log)
 	}},
+}
+
+// messagePrefix is source.postgres.messages.prefix: "" when the block is absent (off), the
+// default prefix when it is present without one.
+func messagePrefix(m *config.Messages) string {
+	switch {
+	case m == nil:
+		return ""
+	case m.Prefix == "":
+		return postgres.DefaultMessagePrefix
+	}
+	return m.Prefix
 }
 
 // newAdapter builds the adapter of source.type, unvalidated; false for an unknown type.

@@ -143,7 +143,13 @@ func runActive(ctx context.Context, c *config.Config, ad adapter, log *slog.Logg
 	newSource := activeSource(ctx, ad, m)
 	var current atomic.Pointer[source.Source]
 	go reportLag(ctx, &current, m)
+	cl, err := startCleanup(ctx, c, ad, log, m) // outbox.cleanup (cleanup.go)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
 	opts := pipeline.Options{
+		OnAccept: cl.accepted, OnCommit: cl.committed, StopOnPermanent: c.Kafka.OnPermanentError == "stop",
 		DLQBreaker: breaker,
 		NewSource: func() source.Source {
 			s := newSource()
@@ -183,7 +189,13 @@ func runExactlyOnce(ctx context.Context, c *config.Config, ad adapter, log *slog
 	newSource := activeSource(ctx, ad, m)
 	var current atomic.Pointer[source.Source]
 	go reportLag(ctx, &current, m)
+	cl, err := startCleanup(ctx, c, ad, log, m) // outbox.cleanup (cleanup.go)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
 	err = pipeline.RunExactlyOnce(ctx, pipeline.EOSOptions{
+		OnAccept: cl.accepted, OnCommit: cl.committed, StopOnPermanent: c.Kafka.OnPermanentError == "stop",
 		NewSource: func() source.Source {
 			s := newSource()
 			current.Store(&s)

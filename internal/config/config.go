@@ -49,6 +49,19 @@ type Postgres struct {
 	// CoverageCheckInterval: how often the publication's coverage is re-checked while streaming
 	// (besides the checks before idle progress); 0 means the default, 1s.
 	CoverageCheckInterval time.Duration `yaml:"coverage_check_interval"`
+	// Messages, when present, publishes transactional logical decoding messages
+	// (pg_logical_emit_message) with its prefix as outbox events (the tableless outbox);
+	// nil: off. Defaulted and validated by the PostgreSQL adapter.
+	Messages *Messages `yaml:"messages"`
+	// Snapshot is what the first start of a new slot does with the rows already in the outbox
+	// tables: never (default) | initial (publish them, then stream with no gap). The adapter's.
+	Snapshot string `yaml:"snapshot"`
+}
+
+// Messages is source.postgres.messages.
+type Messages struct {
+	// Prefix is the logical decoding message prefix of outbox events (default outboxd.event).
+	Prefix string `yaml:"prefix"`
 }
 
 // MySQL is source.mysql. Its defaults and validation are the MySQL adapter's
@@ -61,6 +74,10 @@ type MySQL struct {
 	// AllowMinimalRowMetadata accepts binlog_row_metadata=MINIMAL (column names then come from
 	// information_schema, which is wrong for rows written before an ALTER made while stopped).
 	AllowMinimalRowMetadata bool `yaml:"allow_minimal_row_metadata"`
+	// Snapshot is what a first start (no stored position) does with the rows already in the
+	// outbox tables: never (default) | initial (publish them, then stream from the binlog
+	// position of the consistent read). The adapter's.
+	Snapshot string `yaml:"snapshot"`
 }
 
 type Outbox struct {
@@ -93,6 +110,21 @@ type Outbox struct {
 	// TracingColumn is Debezium's tracing.span.context.field (nil: tracingspancontext when the
 	// table has it; "": no tracing).
 	TracingColumn *string `yaml:"tracing_column"`
+	// Cleanup deletes outbox rows whose events are delivered (housekeeping; off by default).
+	Cleanup Cleanup `yaml:"cleanup"`
+	// OrderColumn orders the rows of a table scan (outboxd republish, snapshot: initial);
+	// "": the order the table keeps (the source adapter's choice, README "Republish").
+	OrderColumn string `yaml:"order_column"`
+}
+
+// Cleanup is outbox.cleanup: periodically delete outbox rows whose records are delivered (the
+// stored position covers them) and that are older than Retain, Batch rows per DELETE, every
+// Interval.
+type Cleanup struct {
+	Enabled  bool          `yaml:"enabled"`
+	Interval time.Duration `yaml:"interval"` // default 10s
+	Batch    int           `yaml:"batch"`    // default 1000
+	Retain   time.Duration `yaml:"retain"`   // default 0: as soon as delivered
 }
 
 // Field is one entry of outbox.fields: a column placed into a header, the envelope or the
@@ -151,6 +183,10 @@ type Kafka struct {
 	// Kafka transaction, so the largest one must be delivered within it (must be <= the
 	// brokers' transaction.max.timeout.ms, default 15m).
 	TransactionTimeout time.Duration `yaml:"transaction_timeout"`
+	// OnPermanentError is what a record that can never be delivered does: dlq (default: it is
+	// dead-lettered and delivery goes on) | stop (outboxd exits 1 naming it, storing no position
+	// past it; Kafka Connect's errors.tolerance=none).
+	OnPermanentError string `yaml:"on_permanent_error"`
 }
 
 type TLS struct {

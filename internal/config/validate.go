@@ -33,6 +33,13 @@ func (c *Config) applyDefaults() {
 	for i := range c.Outbox.Fields {
 		def(&c.Outbox.Fields[i].Alias, c.Outbox.Fields[i].Column)
 	}
+	if c.Outbox.Cleanup.Interval == 0 {
+		c.Outbox.Cleanup.Interval = 10 * time.Second
+	}
+	if c.Outbox.Cleanup.Batch == 0 {
+		c.Outbox.Cleanup.Batch = 1000
+	}
+	def(&c.Kafka.OnPermanentError, "dlq")
 	def(&c.Kafka.ClientID, "outboxd")
 	def(&c.Kafka.Delivery, "at_least_once")
 	def(&c.Kafka.Compression, "lz4")
@@ -141,6 +148,13 @@ func (c *Config) Validate(sourceTypes ...string) error {
 			return &Error{Key: "outbox.headers." + h.Column, Msg: fmt.Sprintf("header name %q is empty or reserved (id, outboxd.*)", h.Name)}
 		}
 	}
+	if cl := c.Outbox.Cleanup; cl.Interval < 0 {
+		return &Error{Key: "outbox.cleanup.interval", Msg: "must be positive"}
+	} else if cl.Batch < 1 || cl.Batch > 100000 {
+		return &Error{Key: "outbox.cleanup.batch", Msg: fmt.Sprintf("%d: must be between 1 and 100000 rows per DELETE", cl.Batch)}
+	} else if cl.Retain < 0 {
+		return &Error{Key: "outbox.cleanup.retain", Msg: "must not be negative"}
+	}
 	if len(c.Kafka.Brokers) == 0 {
 		return &Error{Key: "kafka.brokers", Msg: "list at least one broker host:port"}
 	}
@@ -150,6 +164,9 @@ func (c *Config) Validate(sourceTypes ...string) error {
 		}
 	}
 	if err := oneOf("kafka.delivery", c.Kafka.Delivery, "at_least_once", "exactly_once"); err != nil {
+		return err
+	}
+	if err := oneOf("kafka.on_permanent_error", c.Kafka.OnPermanentError, "dlq", "stop"); err != nil {
 		return err
 	}
 	if err := oneOf("kafka.compression", c.Kafka.Compression, "none", "gzip", "snappy", "lz4", "zstd"); err != nil {

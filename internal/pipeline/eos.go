@@ -104,6 +104,11 @@ type EOSOptions struct {
 	Metrics          Metrics
 	OnCommit         func(source.Position) // after each commit
 	OnOpen           func()                // each time the source has been opened
+	// OnAccept is Options.OnAccept: each chunk accepted, in source order, on the loop goroutine.
+	// After a batch is redone from the source its chunks are accepted (and reported) again.
+	OnAccept func(tx *source.Tx)
+	// StopOnPermanent is Options.StopOnPermanent (kafka.on_permanent_error: stop).
+	StopOnPermanent bool
 	// TxnTimeout is the producer's transaction timeout (kafka.transaction_timeout): the broker
 	// aborts a Kafka transaction open longer (default 60s, as sink/kafka.DefaultTxnTimeout).
 	TxnTimeout time.Duration
@@ -294,6 +299,9 @@ func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
 			r.o.Metrics.EventsRead(len(held.Rows))
 			if err := c.Accept(time.Now(), &held); err != nil {
 				return nil, err
+			}
+			if r.o.OnAccept != nil {
+				r.o.OnAccept(&held)
 			}
 			continue
 		}

@@ -68,6 +68,16 @@ type Options struct {
 	OnCommit func(source.Position)
 	// OnOpen, when set, is called each time the source has been opened.
 	OnOpen func()
+	// OnAccept, when set, is called on the loop goroutine with each chunk the core accepted, in
+	// source order (the last chunk of a transaction carries its Position; OnCommit later
+	// reports that same Position once it is stored), before any of its records is produced. It
+	// must not block, and must copy what it keeps of tx (outbox.cleanup, internal/app).
+	OnAccept func(tx *source.Tx)
+	// StopOnPermanent (kafka.on_permanent_error: stop): a record that can never be delivered
+	// (the transform refuses its row, or Kafka refuses it for good) ends Run with an error naming
+	// it and the fix instead of being dead-lettered; no position at or past its transaction is
+	// stored.
+	StopOnPermanent bool
 }
 
 // Metrics receives pipeline events; every method must be cheap and non-blocking.
@@ -286,6 +296,9 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 				return nil, err
 			}
 			r.o.Metrics.EventsRead(len(pending.Rows))
+			if r.o.OnAccept != nil {
+				r.o.OnAccept(pending)
+			}
 			pending = nil
 		}
 	}

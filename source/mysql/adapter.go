@@ -28,6 +28,8 @@ type Settings struct {
 	ServerID                uint32 // source.mysql.server_id; 0: DefaultServerID
 	Start                   string // source.mysql.start
 	AllowMinimalRowMetadata bool   // source.mysql.allow_minimal_row_metadata
+	Snapshot                string // source.mysql.snapshot: never (""), initial
+	OrderColumn             string // outbox.order_column: the order of snapshot and republish scans
 	// OffsetsStore describes where the pipeline stores positions (Config.OffsetsStore), given
 	// the source's Name (a key of the store may be derived from it).
 	OffsetsStore func(sourceName string) string
@@ -69,7 +71,7 @@ func NewAdapter(s Settings, log *slog.Logger) *Adapter {
 func (a *Adapter) Config() Config {
 	s := a.set
 	return Config{DSN: s.DSN, Tables: s.Tables, ServerID: s.ServerID, Start: s.Start,
-		AllowMinimalRowMetadata: s.AllowMinimalRowMetadata, OffsetsStore: a.store}
+		AllowMinimalRowMetadata: s.AllowMinimalRowMetadata, OffsetsStore: a.store, Snapshot: s.Snapshot, OrderColumn: s.OrderColumn}
 }
 
 // Validate checks the MySQL settings without I/O; a problem is a *SettingError. source.dsn is

@@ -60,6 +60,12 @@ type Config struct {
 	// transaction is one chunk.
 	ChunkRows  int
 	ChunkBytes int
+	// Snapshot (source.mysql.snapshot): "initial" publishes the rows already in the tables at a
+	// first start (no stored position) from a consistent read, then streams from the binlog
+	// position of that read; "" or "never": no snapshot.
+	Snapshot string
+	// OrderColumn orders the snapshot's rows (outbox.order_column); "": the table's order.
+	OrderColumn string
 }
 
 // DefaultChunkRows and DefaultChunkBytes are the chunk caps a zero Config.ChunkRows and

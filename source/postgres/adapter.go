@@ -38,6 +38,11 @@ type Settings struct {
 	HeartbeatInterval     *time.Duration // source.postgres.heartbeat_interval; nil: DefaultHeartbeatInterval
 	StatusInterval        time.Duration  // source.postgres.status_interval
 	CoverageCheckInterval time.Duration  // source.postgres.coverage_check_interval
+	// MessagePrefix is source.postgres.messages.prefix: transactional logical decoding messages
+	// with it are outbox events (Config.MessagePrefix); "": off.
+	MessagePrefix string
+	Snapshot      string // source.postgres.snapshot: never (""), initial
+	OrderColumn   string // outbox.order_column: the order of snapshot and republish scans
 }
 
 // SettingError is a setting Validate refuses: Key is its dotted config key.
@@ -68,7 +73,8 @@ func NewAdapter(s Settings, log *slog.Logger) *Adapter {
 	}
 	cfg := New(Config{DSN: s.DSN, Tables: s.Tables, Slot: s.Slot, Publication: s.Publication,
 		StandbyTimeout: s.StatusInterval, HeartbeatInterval: hb, Columns: s.Columns,
-		CoverageCheckInterval: s.CoverageCheckInterval}, log).cfg
+		CoverageCheckInterval: s.CoverageCheckInterval, MessagePrefix: s.MessagePrefix, Snapshot: s.Snapshot,
+		OrderColumn: s.OrderColumn}, log).cfg
 	s.Slot, s.Publication, s.HeartbeatInterval = cfg.Slot, cfg.Publication, &hb
 	return &Adapter{set: s, cfg: cfg, log: log, probe: SlotProbe{DSN: s.DSN, Slot: cfg.Slot}}
 }

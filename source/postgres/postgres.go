@@ -63,7 +63,21 @@ type Config struct {
 	// negative: no cap. Without any cap every transaction is one chunk.
 	ChunkRows  int
 	ChunkBytes int
+	// MessagePrefix (source.postgres.messages.prefix): a transactional logical decoding message
+	// (pg_logical_emit_message(true, prefix, content)) with exactly this prefix is an outbox
+	// event, handed out as a Row of the transaction in commit order (see MessageTable); "": off.
+	// Needs PostgreSQL 14+ (pgoutput messages).
+	MessagePrefix string
+	// Snapshot (source.postgres.snapshot): "initial" publishes the rows already in the tables at
+	// the first start of a new slot (no stored position), then streams from the slot's start;
+	// "" or "never": no snapshot.
+	Snapshot string
+	// OrderColumn orders the snapshot's rows (outbox.order_column); "": the table's order.
+	OrderColumn string
 }
+
+// DefaultMessagePrefix is source.postgres.messages.prefix when the block is set without one.
+const DefaultMessagePrefix = "outboxd.event"
 
 // DefaultChunkRows and DefaultChunkBytes are the chunk caps a zero Config.ChunkRows and
 // Config.ChunkBytes stand for.

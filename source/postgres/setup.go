@@ -44,11 +44,13 @@ func (s *Source) setup(ctx context.Context, from pglogrepl.LSN) (*pgconn.PgConn,
 		}
 	}
 	pluginArgs := []string{"proto_version '1'", "publication_names " + quoteLiteral(quoteIdent(s.cfg.Publication))}
-	if s.cfg.HeartbeatInterval > 0 {
+	if s.cfg.HeartbeatInterval > 0 || s.cfg.MessagePrefix != "" {
 		var version int
 		if err := admin.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err == nil && version >= 140000 {
-			pluginArgs = append(pluginArgs, "messages 'true'") // heartbeats (heartbeat.go)
+			pluginArgs = append(pluginArgs, "messages 'true'") // heartbeats (heartbeat.go), outbox messages
 			s.ext.messages.Store(true)
+		} else if s.cfg.MessagePrefix != "" {
+			return nil, fmt.Errorf("source.postgres.messages needs PostgreSQL 14 or later (pgoutput messages); server_version_num is %d: remove source.postgres.messages or upgrade", version)
 		} else {
 			s.log.Info("heartbeats need PostgreSQL 14 or later (pgoutput messages); source.postgres.heartbeat_interval is ignored", "server_version_num", version)
 		}
