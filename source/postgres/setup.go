@@ -112,6 +112,13 @@ func startName(from pglogrepl.LSN) string {
 	return from.String()
 }
 
+// sessionParams are the session settings outboxd's connections pin unless the DSN sets them:
+// the ones that shape value text forms, so the replication stream (pgoutput prints values in
+// the walsender's session) and table scans (scan.go) print the same text, whatever the server's
+// defaults.
+var sessionParams = map[string]string{"application_name": "outboxd", "timezone": "UTC",
+	"datestyle": "ISO", "bytea_output": "hex"}
+
 // connectReplication opens a replication=database connection. Unless the DSN says otherwise it
 // pins the session settings that shape value text forms, so outboxd's output does not depend on
 // server defaults: TimeZone UTC, DateStyle ISO, bytea_output hex.
@@ -121,8 +128,7 @@ func (s *Source) connectReplication(ctx context.Context) (*pgconn.PgConn, error)
 		return nil, fmt.Errorf("parse source.dsn: %w", err)
 	}
 	cfg.RuntimeParams["replication"] = "database"
-	for k, v := range map[string]string{"application_name": "outboxd", "timezone": "UTC",
-		"datestyle": "ISO", "bytea_output": "hex"} {
+	for k, v := range sessionParams {
 		if _, ok := cfg.RuntimeParams[k]; !ok {
 			cfg.RuntimeParams[k] = v
 		}

@@ -1,0 +1,42 @@
+package postgres
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxd/outboxd/source"
+)
+
+func TestScanSQL(t *testing.T) {
+	cols := []string{"id", "created at", "Payload"}
+	at := time.Date(2026, 1, 2, 3, 4, 5, 600000000, time.FixedZone("x", 3600))
+	for _, c := range []struct {
+		q    source.ScanQuery
+		want string
+	}{
+		{source.ScanQuery{Table: "public.outbox"}, `SELECT "id", "created at", "Payload" FROM "public"."outbox"`},
+		{source.ScanQuery{Table: `My"S.t`, OrderBy: "Payload"}, `SELECT "id", "created at", "Payload" FROM "My""S"."t" ORDER BY "Payload"`},
+		{source.ScanQuery{Table: "outbox", TimeColumn: "created at", Since: at, Where: " k = 'x' OR k = 'y' "},
+			`SELECT "id", "created at", "Payload" FROM "public"."outbox" WHERE "created at" >= '2026-01-02 02:04:05.6Z'::timestamptz AND (k = 'x' OR k = 'y')`},
+		{source.ScanQuery{Table: "s.t", TimeColumn: "created at", Since: at, Until: at.Add(time.Hour), OrderBy: "id"},
+			`SELECT "id", "created at", "Payload" FROM "s"."t" WHERE "created at" >= '2026-01-02 02:04:05.6Z'::timestamptz AND "created at" < '2026-01-02 03:04:05.6Z'::timestamptz ORDER BY "id"`},
+	} {
+		got, err := scanSQL(c.q, cols)
+		if err != nil || got != c.want {
+			t.Errorf("scanSQL(%+v) =\n  %s, %v\nwant\n  %s", c.q, got, err, c.want)
+		}
+	}
+	for _, c := range []struct {
+		q    source.ScanQuery
+		want string
+	}{
+		{source.ScanQuery{Table: "s.t", OrderBy: "payload"}, `outbox.order_column "payload" is not a column of s.t`},
+		{source.ScanQuery{Table: "s.t", Since: at}, "needs a time column"},
+		{source.ScanQuery{Table: "s.t", Until: at, TimeColumn: "at"}, `time column "at" is not a column`},
+	} {
+		if _, err := scanSQL(c.q, cols); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("scanSQL(%+v): err %v, want one saying %q", c.q, err, c.want)
+		}
+	}
+}
