@@ -1,0 +1,97 @@
+package mysql
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/outboxd/outboxd/source"
+)
+
+func TestScanTemporalText(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		fsp  int
+		time bool
+		want string
+	}{
+		{"2024-01-02 03:04:05", 3, false, "2024-01-02 03:04:05.000"},
+		{"2024-01-02 03:04:05.123456", 3, false, "2024-01-02 03:04:05.123"},
+		{"2024-01-02 03:04:05.120000", 0, false, "2024-01-02 03:04:05"},
+		{"0000-00-00 00:00:00", 6, false, "0000-00-00 00:00:00.000000"},
+		{"2024-01-02 00:00:00", 0, false, "2024-01-02 00:00:00"},
+		{"12:00:00", 2, true, "12:00:00"},
+		{"12:00:00.000000", 2, true, "12:00:00"},
+		{"-00:00:00.500000", 2, true, "-00:00:00.50"},
+		{"838:59:59.900000", 1, true, "838:59:59.9"},
+		{"00:00:00", 0, true, "00:00:00"},
+	} {
+		f := normDateTime
+		if c.time {
+			f = normTime
+		}
+		v, err := f([]byte(c.in), c.fsp)
+		if err != nil || string(v.Bytes) != c.want {
+			t.Errorf("%q fsp %d: %q, %v; want %q", c.in, c.fsp, v.Bytes, err, c.want)
+		}
+	}
+	for _, bad := range []string{"2024-01-02", "2024-01-02 03:04:05x123", "2024-01-02 03:04:05.1234567", "2024-01-02 03:04:05.12a"} {
+		if _, err := normDateTime([]byte(bad), 3); err == nil {
+			t.Errorf("normDateTime(%q) accepted", bad)
+		}
+	}
+}
+
+func TestScanValueForms(t *testing.T) {
+	str := func(s string) gomysql.FieldValue { return gomysql.NewFieldValue(gomysql.FieldValueTypeString, 0, []byte(s)) }
+	latin1, _ := charsetByName("latin1")
+	for _, c := range []struct {
+		what string
+		col  column
+		dt   string
+		v    gomysql.FieldValue
+		want string
+	}{
+		{"BIT(12)", column{typ: gomysql.MYSQL_TYPE_BIT}, "bit", str("\x0a\xbc"), "2748"},
+		{"BINARY(16) uuid", column{typ: gomysql.MYSQL_TYPE_STRING, length: 16, charset: csBinary}, "binary", str("\xaa\xbb" + strings.Repeat("\x00", 14)), "aabb0000-0000-0000-0000-000000000000"},
+		{"BINARY(4) padded", column{typ: gomysql.MYSQL_TYPE_STRING, length: 4, charset: csBinary}, "binary", str("a"), "a\x00\x00\x00"},
+		{"INET6", column{typ: gomysql.MYSQL_TYPE_STRING, length: 16, charset: csBinary}, "inet6", str("::1"), "00000000-0000-0000-0000-000000000001"},
+		{"INET4", column{typ: gomysql.MYSQL_TYPE_STRING, length: 4, charset: csBinary}, "inet4", str("1.2.3.4"), "\x01\x02\x03\x04"},
+		{"latin1", column{typ: gomysql.MYSQL_TYPE_VARCHAR, charset: latin1}, "varchar", str("\x80\xe9"), "€é"},
+		{"empty", column{typ: gomysql.MYSQL_TYPE_VARCHAR}, "varchar", str(""), ""},
+		{"unsigned as signed", column{typ: gomysql.MYSQL_TYPE_LONGLONG, unsigned: true}, "bigint",
+			gomysql.NewFieldValue(gomysql.FieldValueTypeSigned, 1<<63, nil), "9223372036854775808"},
+	} {
+		got, err := scanValue(&c.col, c.dt, 0, &c.v)
+		if err != nil || string(got.Bytes) != c.want || got.Bytes == nil {
+			t.Errorf("%s: %q, %v; want %q", c.what, got.Bytes, err, c.want)
+		}
+	}
+}
+
+func TestScanSQL(t *testing.T) {
+	rows := [][]string{
+		{"id", "bigint", "bigint(20)", "NO", "19", "0", "0", "0", "", "1"},
+		{"a`b", "datetime", "datetime(3)", "YES", "0", "0", "3", "0", "", "0"},
+		{"kind", "varchar", "varchar(10)", "YES", "0", "0", "0", "40", "utf8mb4", "0"},
+	}
+	tb, err := scanTableFromRows("app.ob", tableKey{"app", "ob"}, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := source.ScanQuery{Table: "app.ob", OrderBy: "A`B", TimeColumn: "a`b", Since: time.Date(2024, 1, 2, 3, 4, 5, 6000, time.FixedZone("x", 3600)), Where: "kind = 'x' -- c"}
+	sql, args, err := tb.selectSQL(q)
+	want := "SELECT `id`, `a``b`, `kind` FROM `app`.`ob` WHERE `a``b` >= ? AND (\nkind = 'x' -- c\n) ORDER BY `a``b`, `id`"
+	if err != nil || sql != want || len(args) != 1 || args[0] != "2024-01-02 02:04:05.000006" {
+		t.Errorf("selectSQL = %q %v %v\nwant %q [2024-01-02 02:04:05.000006]", sql, args, err, want)
+	}
+	if _, err := scanTableFromRows("app.x", tableKey{"app", "x"}, nil); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("no columns: %v", err)
+	}
+	rows[2][8] = "sjis"
+	if _, err := scanTableFromRows("app.ob", tableKey{"app", "ob"}, rows); err == nil || !strings.Contains(err.Error(), "sjis") {
+		t.Errorf("unsupported charset: %v", err)
+	}
+}
