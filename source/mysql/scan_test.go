@@ -45,7 +45,9 @@ func TestScanTemporalText(t *testing.T) {
 }
 
 func TestScanValueForms(t *testing.T) {
-	str := func(s string) gomysql.FieldValue { return gomysql.NewFieldValue(gomysql.FieldValueTypeString, 0, []byte(s)) }
+	str := func(s string) gomysql.FieldValue {
+		return gomysql.NewFieldValue(gomysql.FieldValueTypeString, 0, []byte(s))
+	}
 	latin1, _ := charsetByName("latin1")
 	for _, c := range []struct {
 		what string
