@@ -98,6 +98,11 @@ func (a *Adapter) Validate() error {
 	if a.set.StatusInterval < 0 {
 		return &SettingError{Key: "source.postgres.status_interval", Msg: "must be positive"}
 	}
+	switch a.set.Snapshot {
+	case "", SnapshotNever, SnapshotInitial:
+	default:
+		return &SettingError{Key: "source.postgres.snapshot", Msg: fmt.Sprintf("%q is not one of never | initial", a.set.Snapshot)}
+	}
 	if !validSlotName(a.set.Slot) {
 		return &SettingError{Key: "source.postgres.slot", Msg: fmt.Sprintf("%q: slot names use lower-case letters, digits and _ only", a.set.Slot)}
 	}

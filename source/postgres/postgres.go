@@ -147,6 +147,8 @@ type Source struct {
 	ext extras // heartbeats, slot watch, fatal errors (heartbeat.go, slotwatch.go)
 
 	rel relState // relation attribution (relations.go)
+
+	snap snapState // source.postgres.snapshot: initial (snapshot.go)
 }
 
 var _ source.Source = (*Source)(nil)
@@ -206,16 +208,19 @@ func (s *Source) Open(ctx context.Context, from source.Position) error {
 			return fmt.Errorf("stored position: %w: fix or reset it with `outboxd offsets set`", err)
 		}
 	}
-	repl, err := s.setup(ctx, fromLSN)
+	repl, snap, err := s.setup(ctx, fromLSN)
 	if err != nil {
 		return err
 	}
-	return s.start(ctx, repl, fromLSN)
+	if snap != nil { // the stream continues where the snapshot ends (snapshot.go)
+		fromLSN = snap.at
+	}
+	return s.start(ctx, repl, fromLSN, snap)
 }
 
 // start starts the stream loop (and the background helpers) on repl, a connection in copy-both
-// mode streaming from fromLSN.
-func (s *Source) start(ctx context.Context, repl *pgconn.PgConn, fromLSN pglogrepl.LSN) error {
+// mode streaming from fromLSN, and, when snap is not nil, the snapshot Next hands out first.
+func (s *Source) start(ctx context.Context, repl *pgconn.PgConn, fromLSN pglogrepl.LSN, snap *snapshotRun) error {
 	s.storeConfirmed(fromLSN)
 	s.waker.Store(newWaker(repl))
 
@@ -223,12 +228,21 @@ func (s *Source) start(ctx context.Context, repl *pgconn.PgConn, fromLSN pglogre
 	s.mu.Lock()
 	s.repl, s.cancel = repl, cancel
 	s.txCh, s.done = make(chan source.Tx), make(chan struct{})
+	if snap != nil {
+		s.snap.ch, s.snap.done = make(chan source.Tx), make(chan struct{})
+	}
 	closed := s.closed
 	s.mu.Unlock()
 	if closed { // Close raced with Open
 		cancel()
 		_ = repl.Close(ctx)
+		if snap != nil {
+			snap.conn.Close(context.Background())
+		}
 		return ErrClosed
+	}
+	if snap != nil {
+		go s.runSnapshot(runCtx, snap)
 	}
 	st := newStream(s, repl, fromLSN)
 	go s.run(runCtx, st)
@@ -240,10 +254,27 @@ func (s *Source) start(ctx context.Context, repl *pgconn.PgConn, fromLSN pglogre
 // it returns that error on every call; after Close, ErrClosed.
 func (s *Source) Next(ctx context.Context) (source.Tx, error) {
 	s.mu.Lock()
-	txCh, done := s.txCh, s.done
+	txCh, done, snapCh, snapDone := s.txCh, s.done, s.snap.ch, s.snap.done
 	s.mu.Unlock()
 	if done == nil {
 		return source.Tx{}, errors.New("postgres source: Next called before a successful Open")
+	}
+	if snapCh != nil && !s.snap.over { // the snapshot first (snapshot.go)
+		select {
+		case tx := <-snapCh:
+			return tx, nil
+		case <-snapDone:
+			if s.snap.err != nil {
+				return source.Tx{}, s.snap.err
+			}
+			s.snap.over = true // every chunk was received: the stream follows
+		case <-done:
+			return source.Tx{}, s.err
+		case <-s.ext.fatal:
+			return source.Tx{}, s.ext.fatalErr
+		case <-ctx.Done():
+			return source.Tx{}, ctx.Err()
+		}
 	}
 	select {
 	case tx := <-txCh:
@@ -304,7 +335,7 @@ func (s *Source) Close() error {
 		return nil
 	}
 	s.closed = true
-	cancel, done, repl := s.cancel, s.done, s.repl
+	cancel, done, repl, snapDone := s.cancel, s.done, s.repl, s.snap.done
 	s.mu.Unlock()
 	if cancel == nil {
 		return nil // never opened (or Open failed / still running: it sees closed)
@@ -314,6 +345,9 @@ func (s *Source) Close() error {
 		w.wake() // the loop may be blocked in a read: cancel alone does not interrupt it
 	}
 	<-done
+	if snapDone != nil {
+		<-snapDone // ends with the run context; it closes its own connection
+	}
 	s.ext.wg.Wait()
 	ctx, c := context.WithTimeout(context.Background(), 5*time.Second)
 	defer c()
@@ -337,6 +371,11 @@ func (s *Source) validate() error {
 	}
 	if !validSlotName(s.cfg.Slot) {
 		return fmt.Errorf("source.postgres.slot %q is not a valid slot name: use lower-case letters, digits and underscores, at most 63 characters", s.cfg.Slot)
+	}
+	switch s.cfg.Snapshot {
+	case "", SnapshotNever, SnapshotInitial:
+	default:
+		return fmt.Errorf("source.postgres.snapshot %q is not one of never | initial", s.cfg.Snapshot)
 	}
 	if len(s.cfg.Publication) > 63 {
 		return fmt.Errorf("source.postgres.publication %q is longer than 63 characters", s.cfg.Publication)

@@ -15,31 +15,46 @@ import (
 )
 
 // setup runs Open's preparation: publication, slot checks (and creation when allowed), then
-// START_REPLICATION on a replication connection, which it returns in copy-both mode.
-func (s *Source) setup(ctx context.Context, from pglogrepl.LSN) (*pgconn.PgConn, error) {
+// START_REPLICATION on a replication connection, which it returns in copy-both mode. With
+// snapshot: initial and no stored position it also returns the snapshot to hand out first
+// (snapshot.go): the slot is then created anew with its snapshot exported and imported by the
+// snapshot's own transaction before replication starts.
+func (s *Source) setup(ctx context.Context, from pglogrepl.LSN) (_ *pgconn.PgConn, snap *snapshotRun, err error) {
 	admin, err := pgx.Connect(ctx, s.cfg.DSN)
 	if err != nil {
-		return nil, fmt.Errorf("connect to PostgreSQL (source.dsn): %w", err)
+		return nil, nil, fmt.Errorf("connect to PostgreSQL (source.dsn): %w", err)
 	}
 	defer admin.Close(context.Background())
+	defer func() {
+		if err != nil && snap != nil {
+			snap.conn.Close(context.Background())
+			snap = nil
+		}
+	}()
 
 	if err := s.ensurePublication(ctx, admin); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := s.loadRelations(ctx, admin); err != nil { // relations.go
-		return nil, err
+		return nil, nil, err
 	}
 	slot, err := s.querySlot(ctx, admin)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if err := s.checkResume(slot, from); err != nil {
-		return nil, err
+	takeSnapshot := s.cfg.Snapshot == SnapshotInitial && from == 0
+	if takeSnapshot && slot.exists { // snapshot.go
+		if err := s.dropForSnapshot(ctx, admin, slot); err != nil {
+			return nil, nil, err
+		}
+		slot.exists = false
+	} else if err := s.checkResume(slot, from); err != nil {
+		return nil, nil, err
 	}
 	if slot.exists { // a slot outboxd creates below is younger than the publication
 		if hits := s.ext.cov.base.Load().NewerThanSlot(); len(hits) > 0 {
 			if err := s.settleAge(ctx, admin, hits, from, slot); err != nil { // coverageprobe.go
-				return nil, err
+				return nil, nil, err
 			}
 		}
 	}
@@ -50,7 +65,7 @@ func (s *Source) setup(ctx context.Context, from pglogrepl.LSN) (*pgconn.PgConn,
 			pluginArgs = append(pluginArgs, "messages 'true'") // heartbeats (heartbeat.go), outbox messages
 			s.ext.messages.Store(true)
 		} else if s.cfg.MessagePrefix != "" {
-			return nil, fmt.Errorf("source.postgres.messages needs PostgreSQL 14 or later (pgoutput messages); server_version_num is %d: remove source.postgres.messages or upgrade", version)
+			return nil, nil, fmt.Errorf("source.postgres.messages needs PostgreSQL 14 or later (pgoutput messages); server_version_num is %d: remove source.postgres.messages or upgrade", version)
 		} else {
 			s.log.Info("heartbeats need PostgreSQL 14 or later (pgoutput messages); source.postgres.heartbeat_interval is ignored", "server_version_num", version)
 		}
@@ -60,19 +75,35 @@ func (s *Source) setup(ctx context.Context, from pglogrepl.LSN) (*pgconn.PgConn,
 	for {
 		repl, err := s.connectReplication(ctx)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if !slot.exists {
-			if _, err := pglogrepl.CreateReplicationSlot(ctx, repl, s.cfg.Slot, "pgoutput",
-				pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"}); err != nil {
+			action := "NOEXPORT_SNAPSHOT"
+			if takeSnapshot {
+				// The snapshot stays exported until the next command on repl: the snapshot's own
+				// connection imports it before START_REPLICATION below (snapshot.go).
+				action = "EXPORT_SNAPSHOT"
+			}
+			created, err := pglogrepl.CreateReplicationSlot(ctx, repl, s.cfg.Slot, "pgoutput",
+				pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: action})
+			if err != nil {
 				repl.Close(context.Background())
 				if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "42710" {
-					return nil, fmt.Errorf("create logical replication slot %q: %w: another process created it at the same time (%w)", s.cfg.Slot, ErrSlotActive, err)
+					return nil, nil, fmt.Errorf("create logical replication slot %q: %w: another process created it at the same time (%w)", s.cfg.Slot, ErrSlotActive, err)
 				}
-				return nil, fmt.Errorf("create logical replication slot %q (source.postgres.slot): %w: check wal_level = logical, max_replication_slots, and that the role has REPLICATION", s.cfg.Slot, err)
+				return nil, nil, fmt.Errorf("create logical replication slot %q (source.postgres.slot): %w: check wal_level = logical, max_replication_slots, and that the role has REPLICATION", s.cfg.Slot, err)
 			}
 			slot.exists = true
-			s.log.Info("slot created", "plugin", "pgoutput")
+			s.log.Info("slot created", "plugin", "pgoutput", "consistent_point", created.ConsistentPoint)
+			if takeSnapshot {
+				if s.snap.created != nil {
+					s.snap.created()
+				}
+				if snap, err = s.importSnapshot(ctx, created); err != nil {
+					repl.Close(context.Background())
+					return nil, nil, err
+				}
+			}
 		}
 		err = pglogrepl.StartReplication(ctx, repl, s.cfg.Slot, from, pglogrepl.StartReplicationOptions{
 			Mode:       pglogrepl.LogicalReplication,
@@ -81,7 +112,7 @@ func (s *Source) setup(ctx context.Context, from pglogrepl.LSN) (*pgconn.PgConn,
 		if err == nil {
 			s.log.Info("replication started", "publication", s.cfg.Publication, "from", startName(from),
 				"standby_timeout", s.cfg.StandbyTimeout)
-			return repl, nil
+			return repl, snap, nil
 		}
 		repl.Close(context.Background())
 		var pgErr *pgconn.PgError
@@ -90,18 +121,18 @@ func (s *Source) setup(ctx context.Context, from pglogrepl.LSN) (*pgconn.PgConn,
 			// briefly for it to exit; after that another process holds it (ErrSlotActive).
 			select {
 			case <-ctx.Done():
-				return nil, ctx.Err()
+				return nil, nil, ctx.Err()
 			case <-time.After(200 * time.Millisecond):
 			}
 			continue
 		}
 		if errors.As(err, &pgErr) && pgErr.Code == "55006" {
-			return nil, fmt.Errorf("start replication on slot %q: %w (%w): another process (another outboxd?) is reading this slot", s.cfg.Slot, ErrSlotActive, err)
+			return nil, nil, fmt.Errorf("start replication on slot %q: %w (%w): another process (another outboxd?) is reading this slot", s.cfg.Slot, ErrSlotActive, err)
 		}
 		if perr := s.publicationMissing(err); perr != nil {
-			return nil, perr
+			return nil, nil, perr
 		}
-		return nil, fmt.Errorf("start replication on slot %q from %s with publication %q: %w", s.cfg.Slot, startName(from), s.cfg.Publication, err)
+		return nil, nil, fmt.Errorf("start replication on slot %q from %s with publication %q: %w", s.cfg.Slot, startName(from), s.cfg.Publication, err)
 	}
 }
 
@@ -228,13 +259,23 @@ func deref(p *string) string {
 	return *p
 }
 
+// checkSlotKind refuses an existing slot that is not a logical pgoutput slot of this database
+// (another consumer's: outboxd neither reads nor drops it).
+func (s *Source) checkSlotKind(si slotInfo) error {
+	if si.slotType != "logical" || si.plugin != "pgoutput" || si.db != si.currentDB {
+		slot := s.cfg.Slot
+		return fmt.Errorf("replication slot %q (source.postgres.slot) exists but is %s/%s on database %q, not logical/pgoutput on %q: use another slot name or drop it (SELECT pg_drop_replication_slot('%s'))",
+			slot, si.slotType, si.plugin, si.db, si.currentDB, slot)
+	}
+	return nil
+}
+
 // checkResume decides whether streaming after from is possible without losing transactions.
 func (s *Source) checkResume(si slotInfo, from pglogrepl.LSN) error {
 	slot := s.cfg.Slot
 	if si.exists {
-		if si.slotType != "logical" || si.plugin != "pgoutput" || si.db != si.currentDB {
-			return fmt.Errorf("replication slot %q (source.postgres.slot) exists but is %s/%s on database %q, not logical/pgoutput on %q: use another slot name or drop it (SELECT pg_drop_replication_slot('%s'))",
-				slot, si.slotType, si.plugin, si.db, si.currentDB, slot)
+		if err := s.checkSlotKind(si); err != nil {
+			return err
 		}
 		s.log.Info("slot exists", "confirmed_flush_lsn", deref(si.confirmedLSN), "restart_lsn", deref(si.restartLSN), "wal_status", si.walStatus)
 	}

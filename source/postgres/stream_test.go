@@ -81,7 +81,7 @@ func startFakeWith(tb testing.TB, cfg Config, from pglogrepl.LSN, prep func(*Sou
 	if prep != nil {
 		prep(s)
 	}
-	if err := s.start(context.Background(), pc, from); err != nil {
+	if err := s.start(context.Background(), pc, from, nil); err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
