@@ -81,6 +81,9 @@ func (a *Adapter) Validate() error {
 		return &SettingError{Key: "source.mysql.start", Msg: strings.TrimPrefix(err.Error(), "source.mysql.start: ") +
 			" (use current, earliest, or a position such as 0-1-42 or mysql-bin.000003:1234)"}
 	}
+	if _, err := snapshotInitial(a.set.Snapshot); err != nil {
+		return &SettingError{Key: "source.mysql.snapshot", Msg: err.Error() + " (use never, the default, or initial)"}
+	}
 	if _, err := RedactDSN(a.set.DSN); err != nil {
 		return &SettingError{Key: "source.dsn", Msg: err.Error()}
 	}

@@ -103,6 +103,10 @@ func (a *Adapter) checkStart(ctx context.Context, stored func(context.Context) (
 		return
 	}
 	what := "stored position " + string(pos)
+	if snap, _ := snapshotInitial(a.set.Snapshot); pos == "" && snap {
+		report(name, true, "none stored; the run publishes the rows already in the outbox tables (source.mysql.snapshot: initial), then streams from the snapshot's binlog position", "")
+		return
+	}
 	if pos == "" {
 		switch s := a.set.Start; s {
 		case "":

@@ -269,8 +269,10 @@ func (s *Source) loadScanTable(c *client.Conn, name string) (*scanTable, error) 
 }
 
 // scanRows streams the rows of t that q selects on c (a scan session inside a consistent
-// snapshot) to fn, at most batch rows a call. Each batch's rows and values are its own.
-func scanRows(c *client.Conn, t *scanTable, q source.ScanQuery, fn func([]source.Row) error) error {
+// snapshot) to fn, at most q.Batch rows a call and, when maxBytes > 0, at most maxBytes bytes
+// (source.RowBytes summed; a row bigger than that is a batch alone). Each batch's rows and
+// values are its own.
+func scanRows(c *client.Conn, t *scanTable, q source.ScanQuery, maxBytes int, fn func([]source.Row) error) error {
 	sql, args, err := t.selectSQL(q)
 	if err != nil {
 		return err
@@ -288,15 +290,17 @@ func scanRows(c *client.Conn, t *scanTable, q source.ScanQuery, fn func([]source
 	var (
 		rows    []source.Row
 		vals    []source.Value
+		size    int
 		fnErr   error
 		scanned int64
 	)
+	tmp := make([]source.Value, n)
 	flush := func() error {
 		if len(rows) == 0 {
 			return nil
 		}
 		out := rows
-		rows, vals = nil, nil
+		rows, vals, size = nil, nil, 0
 		return fn(out)
 	}
 	var res gomysql.Result
@@ -304,23 +308,31 @@ func scanRows(c *client.Conn, t *scanTable, q source.ScanQuery, fn func([]source
 		if len(row) != n {
 			return fmt.Errorf("the server returned %d columns, the table has %d", len(row), n)
 		}
-		if rows == nil {
-			rows, vals = make([]source.Row, 0, batch), make([]source.Value, 0, batch*n)
-		}
-		start := len(vals)
+		rowSize := source.RowOverhead
 		for i := range row {
 			v, err := scanValue(&t.cols[i], t.dts[i], t.fsp[i], &row[i])
 			if err != nil {
 				return fmt.Errorf("row %d, column %s: %w", scanned+1, t.names[i], err)
 			}
-			vals = append(vals, v)
+			tmp[i] = v
+			rowSize += len(v.Bytes)
 		}
 		scanned++
+		if maxBytes > 0 && len(rows) > 0 && size+rowSize > maxBytes {
+			if fnErr = flush(); fnErr != nil {
+				return fnErr
+			}
+		}
+		if rows == nil {
+			rows, vals = make([]source.Row, 0, batch), make([]source.Value, 0, batch*n)
+		}
+		start := len(vals)
+		vals = append(vals, tmp...)
 		rows = append(rows, source.Row{Table: t.name, Columns: t.names, Values: vals[start:len(vals):len(vals)], Types: t.types})
+		size += rowSize
 		if len(rows) == batch {
-			if err := flush(); err != nil {
-				fnErr = err
-				return err
+			if fnErr = flush(); fnErr != nil {
+				return fnErr
 			}
 		}
 		return nil
@@ -354,7 +366,7 @@ func (a *Adapter) ScanOutbox(ctx context.Context, q source.ScanQuery, fn func(ro
 	if _, err := c.Execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"); err != nil {
 		return ctxErr(ctx, fmt.Errorf("scan %s: start a consistent snapshot: %w", q.Table, cause(err)))
 	}
-	if err := scanRows(c, t, q, fn); err != nil {
+	if err := scanRows(c, t, q, 0, fn); err != nil {
 		return ctxErr(ctx, err)
 	}
 	if _, err := c.Execute("COMMIT"); err != nil {

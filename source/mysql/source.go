@@ -79,6 +79,7 @@ type Source struct {
 	stop    chan struct{} // stops the current stream's watchdog
 	live    liveness
 	confirm atomic.Pointer[source.Position]
+	snap    *snapshot // the initial snapshot while Next hands it out (snapshot.go); guarded by mu
 
 	// Events taken from the feed and not yet handled (pending[next:]); Next's goroutine only.
 	pending []*replication.BinlogEvent
@@ -104,15 +105,22 @@ func New(cfg Config, log *slog.Logger) *Source {
 		}
 		s.byDB[k.DB][k.Table] = true
 	}
+	if s.cfgErr == nil {
+		if _, err := snapshotInitial(cfg.Snapshot); err != nil {
+			s.cfgErr = fmt.Errorf("source.mysql.snapshot: %w", err)
+		}
+	}
 	if s.cfgErr == nil && cfg.ServerID == 0 {
 		s.cfgErr = errors.New("source.mysql.server_id is 0: set a replica id that no other replica of the server uses")
 	}
 	return s
 }
 
-// Open connects, checks the server and the start position, and starts streaming after from
-// (an empty from starts at the server's current binlog end).
-func (s *Source) Open(ctx context.Context, from source.Position) error {
+// Open connects, checks the server and the start position, and starts streaming after from.
+// An empty from starts where Config.Start says, or, with Config.Snapshot "initial", takes the
+// initial snapshot (snapshot.go): Next then hands out its rows before the stream starts at the
+// snapshot's position.
+func (s *Source) Open(ctx context.Context, from source.Position) (err error) {
 	if s.cfgErr != nil {
 		return s.cfgErr
 	}
@@ -124,7 +132,9 @@ func (s *Source) Open(ctx context.Context, from source.Position) error {
 	if err != nil {
 		return err
 	}
-	if start.kind == kindNone && want.mode == startUnset {
+	snap, _ := snapshotInitial(s.cfg.Snapshot)
+	snap = snap && start.kind == kindNone // a stored position always wins
+	if start.kind == kindNone && want.mode == startUnset && !snap {
 		return s.noStartError()
 	}
 	c, err := connect(ctx, s.dsn)
@@ -141,8 +151,33 @@ func (s *Source) Open(ctx context.Context, from source.Position) error {
 	if err := s.preflight(c); err != nil {
 		return err
 	}
-	start, fromCfg, err := s.startPosition(c, start, want)
-	if err != nil {
+	var (
+		fromCfg bool
+		sn      *snapshot
+	)
+	if snap {
+		if want.mode != startUnset {
+			s.log.Info("source.mysql.snapshot: initial takes the start position from the snapshot; source.mysql.start is ignored", "start", s.cfg.Start)
+		}
+		kind, err := s.positionKind(start)
+		if err != nil {
+			return err
+		}
+		if sn, start, err = s.beginSnapshot(ctx, kind); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.snap = sn
+		s.mu.Unlock()
+		defer func() {
+			if err != nil {
+				s.mu.Lock()
+				s.snap = nil
+				s.mu.Unlock()
+				sn.stop()
+			}
+		}()
+	} else if start, fromCfg, err = s.startPosition(c, start, want); err != nil {
 		return err
 	}
 	kind := start.kind
@@ -154,8 +189,8 @@ func (s *Source) Open(ctx context.Context, from source.Position) error {
 	if s.info.rowMetadata != "FULL" {
 		names = fmt.Sprintf("information_schema, tracked across DDL (binlog_row_metadata=%s; FULL is recommended)", orNone(s.info.rowMetadata))
 		for k := range s.captured {
-			sch, err := tracker.schema(k)
-			if err != nil {
+			var sch *tableSchema
+			if sch, err = tracker.schema(k); err != nil {
 				return err
 			}
 			if sch == nil {
@@ -168,8 +203,14 @@ func (s *Source) Open(ctx context.Context, from source.Position) error {
 	s.configure(s.asm, tracker)
 	s.log.Info("mysql source opening", "server", s.dsn.Redacted(), "version", s.info.version,
 		"flavor", s.info.flavor(), "positions", kind.String(), "from", start.String(), "column_names", names,
-		"server_id", s.cfg.ServerID, "start", s.startOrigin(fromCfg))
+		"server_id", s.cfg.ServerID, "start", s.startOrigin(fromCfg, snap))
 	s.stamp.begin(s.info, start)
+	if snap {
+		// The stream starts after the snapshot's closing chunk (nextSnapshot); nothing is
+		// stored before it.
+		sn.final = s.stamp.position(source.Position(start.coreString()))
+		return nil
+	}
 	if fromCfg && start.coreString() != "" {
 		// Store the start position at once: a stop before the first transaction must not
 		// leave the next run without a stored position.
@@ -278,6 +319,9 @@ func (s *Source) isClosed() bool {
 func (s *Source) Next(ctx context.Context) (source.Tx, error) {
 	if s.asm == nil {
 		return source.Tx{}, errors.New("mysql source: Next before Open")
+	}
+	if tx, ok, err := s.nextSnapshot(ctx); ok || err != nil {
+		return tx, err
 	}
 	for {
 		if tx, ok := s.asm.pop(); ok {
@@ -391,8 +435,8 @@ func (s *Source) Close() error {
 		return nil
 	}
 	s.closed = true
-	sy, f := s.syncer, s.feed
-	s.syncer = nil
+	sy, f, sn := s.syncer, s.feed, s.snap
+	s.syncer, s.snap = nil, nil
 	s.stopWatch()
 	s.mu.Unlock()
 	if f != nil {
@@ -400,6 +444,9 @@ func (s *Source) Close() error {
 	}
 	if sy != nil {
 		sy.Close()
+	}
+	if sn != nil {
+		sn.stop()
 	}
 	return nil
 }

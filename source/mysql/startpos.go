@@ -2,7 +2,8 @@ package mysql
 
 // Where a source starts. A stored position wins; without one, Config.Start (source.mysql.start)
 // must say where a first run begins: "current" (the binlog end now), "earliest" (the oldest
-// binlog the server still has) or an explicit position. Neither is a refusal: a lost offsets
+// binlog the server still has) or an explicit position, unless Config.Snapshot is "initial"
+// (the snapshot's own position is then the start, snapshot.go). None of them is a refusal: a lost offsets
 // file must not turn into a silent start at the binlog end that skips every row committed
 // while outboxd was stopped. This is Debezium's rule too: stored offsets win over
 // snapshot.mode / the configured start.
@@ -67,7 +68,7 @@ func (s *Source) noStartError() error {
 	return fmt.Errorf("no stored position in %s, and source.mysql.start is not set: outboxd does not guess where to start, "+
 		"because starting at the binlog end would silently skip every row committed while no position was stored. "+
 		"If this is the first run, set source.mysql.start: current (from the binlog end now) or earliest (from the oldest "+
-		"binlog the server still has). If the offsets were lost, restore them, or set source.mysql.start (or `outboxd offsets "+
+		"binlog the server still has), or source.mysql.snapshot: initial (publish the rows already in the outbox tables, then stream). If the offsets were lost, restore them, or set source.mysql.start (or `outboxd offsets "+
 		"set`) to the last delivered position", store)
 }
 
@@ -114,7 +115,10 @@ func (s *Source) startPosition(c *client.Conn, stored position, want startSpec) 
 }
 
 // startOrigin describes where Open started, for its log line.
-func (s *Source) startOrigin(fromCfg bool) string {
+func (s *Source) startOrigin(fromCfg, snapshot bool) string {
+	if snapshot {
+		return "source.mysql.snapshot: initial (the rows already in the outbox tables from a consistent snapshot, then the binlog from the snapshot's position)"
+	}
 	if !fromCfg {
 		return "stored position"
 	}
