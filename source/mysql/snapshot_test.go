@@ -66,7 +66,7 @@ func TestOpenSnapshotMySQL(t *testing.T) {
 // turned into a GTID position with BINLOG_GTID_POS.
 func TestOpenSnapshotMariaDBStatements(t *testing.T) {
 	f := &fakeSnapSQL{answers: map[string][][]string{
-		"SHOW STATUS LIKE 'binlog_snapshot_%'":    {{"binlog_snapshot_file", "mariadb-bin.000003"}, {"binlog_snapshot_position", "777"}},
+		"SHOW STATUS LIKE 'binlog_snapshot_%'":     {{"binlog_snapshot_file", "mariadb-bin.000003"}, {"binlog_snapshot_position", "777"}},
 		"SELECT IFNULL(BINLOG_GTID_POS(?, ?), '')": {{"0-1-42,1-2-7"}},
 	}}
 	p, err := openSnapshot(f, true, kindMariaGTID)
