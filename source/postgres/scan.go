@@ -261,6 +261,11 @@ func scanTable(ctx context.Context, conn *pgx.Conn, q source.ScanQuery, fn func(
 	if err != nil {
 		return err
 	}
+	// The transaction idles while fn blocks (a slow broker, the snapshot waiting for the
+	// pipeline): a server or role idle_in_transaction_session_timeout must not end it.
+	if _, err := conn.Exec(ctx, "SET LOCAL idle_in_transaction_session_timeout = 0"); err != nil {
+		return fmt.Errorf("scan %s: SET LOCAL idle_in_transaction_session_timeout: %w", q.Table, err)
+	}
 	if q.OrderBy == "" {
 		for _, p := range physicalOrder {
 			if _, err := conn.Exec(ctx, "SET LOCAL "+p); err != nil {

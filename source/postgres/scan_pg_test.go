@@ -262,6 +262,21 @@ func TestScanQueries(t *testing.T) {
 		t.Errorf("rows left after the scans: %d, %v; want 26", left, err)
 	}
 
+	// A consumer slower than the server's idle_in_transaction_session_timeout: the scan's
+	// transaction idles between batches by design and must survive it.
+	exec(t, conn, `ALTER DATABASE scanq SET idle_in_transaction_session_timeout = '100ms'`)
+	got = 0
+	err = a.ScanOutbox(context.Background(), source.ScanQuery{Table: "public.ev", Batch: 10}, func(rows []source.Row) error {
+		if got == 0 {
+			time.Sleep(300 * time.Millisecond) // the slow consumer itself, not a wait for a condition
+		}
+		got += len(rows)
+		return nil
+	})
+	if err != nil || got != 26 {
+		t.Errorf("scan with a slow consumer and idle_in_transaction_session_timeout 100ms: %d rows, %v; want 26", got, err)
+	}
+
 	// fn's error ends the scan with it.
 	stop := fmt.Errorf("stop here")
 	calls := 0
