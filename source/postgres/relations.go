@@ -272,8 +272,9 @@ func (s *Source) lookupUnknown(oid uint32) (CatalogRelation, error) {
 	return lookupRelation(ctx, conn, oid)
 }
 
-// newDecoder returns the stream's decoder: attributing with the relations loaded at Open, and
-// reporting logical decoding messages that are not outboxd's to the Source.
+// newDecoder returns the stream's decoder: attributing with the relations loaded at Open,
+// turning outbox messages (Config.MessagePrefix) into rows, and reporting logical decoding
+// messages that are not outboxd's to the Source.
 func (s *Source) newDecoder() *Decoder {
 	var d *Decoder
 	if s.rel.loaded != nil {
@@ -284,6 +285,7 @@ func (s *Source) newDecoder() *Decoder {
 	d.log = s.log
 	d.onMessage = s.foreignMessage
 	d.SetChunkCaps(s.cfg.ChunkRows, s.cfg.ChunkBytes)
+	d.SetMessagePrefix(s.cfg.MessagePrefix) // the tableless outbox (message.go)
 	return d
 }
 
