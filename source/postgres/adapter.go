@@ -98,6 +98,9 @@ func (a *Adapter) Validate() error {
 	if a.set.StatusInterval < 0 {
 		return &SettingError{Key: "source.postgres.status_interval", Msg: "must be positive"}
 	}
+	if a.set.MessagePrefix == HeartbeatPrefix {
+		return &SettingError{Key: "source.postgres.messages.prefix", Msg: fmt.Sprintf("%q is outboxd's heartbeat prefix (non-transactional idle progress): choose another prefix for outbox events, e.g. %s", HeartbeatPrefix, DefaultMessagePrefix)}
+	}
 	switch a.set.Snapshot {
 	case "", SnapshotNever, SnapshotInitial:
 	default:
