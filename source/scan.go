@@ -1,6 +1,9 @@
 package source
 
-import "time"
+import (
+	"errors"
+	"time"
+)
 
 // ScanQuery selects the rows of one configured outbox table for a table scan: `outboxd
 // republish` (internal/app) and a source's `snapshot: initial`. Each source adapter turns it
@@ -24,3 +27,9 @@ type ScanQuery struct {
 
 // ScanBatch is the default ScanQuery.Batch.
 const ScanBatch = 1000
+
+// ErrEnd is what Next of a finite source returns (wrapped or as is) once it has handed out its
+// last chunk, e.g. the table scan of `outboxd republish`: the pipeline then drains what is in
+// flight, stores the acked prefix and returns nil instead of reopening the source. A streaming
+// source never returns it.
+var ErrEnd = errors.New("source: end of input")

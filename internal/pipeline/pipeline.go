@@ -18,6 +18,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -161,7 +162,8 @@ func (o *Options) defaults() {
 // stored position never passes an unresolved record). Source errors after a successful start are
 // retried: the loop drains what is in flight, stores it, and reopens the source from there (a
 // transaction cut by the error is read again whole). Errors wrapping source.ErrPositionLost are
-// never retried.
+// never retried. A finite source's end (an error wrapping source.ErrEnd) ends Run with nil once
+// every chunk it handed out is delivered (or dead-lettered) and stored.
 func Run(ctx context.Context, o Options) error {
 	o.defaults()
 	r := &runner{o: o, log: o.Log, outcomes: newOutcomeQueue(), saved: make(chan saveResult, 1), budget: newStopBudget(ctx, o.ShutdownTimeout)}
@@ -227,6 +229,7 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 	r.core.Open()
 	var pending *source.Tx // a chunk read but not yet accepted (the core is full)
 	var held source.Tx
+	var ended error // a finite source's end (source.ErrEnd): the chunks it read are accepted first
 	reading, stopCh := true, ctx.Done()
 	for {
 		rd := r.core.Ready()
@@ -280,6 +283,8 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 				stopCh = nil
 				r.beginStop(reading, stopReading)
 				reading, pending, srcErr = false, nil, nil
+			case reading && errors.Is(err, source.ErrEnd):
+				ended = err
 			case reading:
 				reading, pending, srcErr = false, nil, err
 				now := time.Now()
@@ -300,6 +305,11 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 				r.o.OnAccept(pending)
 			}
 			pending = nil
+		}
+		if ended != nil && reading && pending == nil && len(txCh) == 0 { // the reader has exited
+			reading, srcErr = false, ended
+			now := time.Now()
+			r.core.SourceEnded(now, now.Add(r.o.ShutdownTimeout))
 		}
 	}
 }

@@ -105,7 +105,8 @@ func (b *readBudget) free(n, size int) {
 // runSessions is the source session loop both runners share: open a new source at pos(), run
 // stream on it, and after a source error (stream drained and stored what it had) reopen with
 // capped backoff. The first Open failing, or any error wrapping source.ErrPositionLost, is
-// returned; a graceful stop (ctx done) returns nil. drained says, for the log, what stream did
+// returned; a graceful stop (ctx done) returns nil, and so does the end of a finite source
+// (a source error wrapping source.ErrEnd, once stream drained and stored). drained says, for the log, what stream did
 // before returning a source error.
 func runSessions(ctx context.Context, newSource func() source.Source, onOpen func(), log *slog.Logger, setSrc func(source.Source),
 	pos func() source.Position, stream func(context.Context) (srcErr, fatal error), drained string) error {
@@ -144,6 +145,10 @@ func runSessions(ctx context.Context, newSource func() source.Source, onOpen fun
 		}
 		if errors.Is(srcErr, source.ErrPositionLost) {
 			return srcErr
+		}
+		if errors.Is(srcErr, source.ErrEnd) { // a finite source is exhausted: done, not reopened
+			log.Info("source ended; everything read was delivered and stored", "position", string(pos()))
+			return nil
 		}
 		d := backoff.Jitter(retry.Next())
 		log.Warn("source failed; "+drained+", reconnecting", "err", srcErr, "in", d, "position", string(pos()))
