@@ -33,7 +33,23 @@ type Row struct {
 	// read-only); nil when it does not (e.g. rows built by hand), and then every column is a
 	// nullable string.
 	Types []Type
+	// Message is true when the row is not an INSERT but an outbox event the source received as
+	// a message in the transaction's log (PostgreSQL: pg_logical_emit_message(true, prefix,
+	// content), the tableless outbox). Table is then MessageTablePrefix + the prefix (no table
+	// of that name exists), and the row has one column, MessageColumn, holding the message's
+	// content as it was written (Type KindJSON): the source does not interpret it; the
+	// transform parses it into the outbox fields. Sources hand message rows out in the order
+	// they were written among the transaction's inserts, under the same chunk caps.
+	Message bool
 }
+
+// MessageTablePrefix starts the Table of a message row (Row.Message): "pg_logical_emit_message:"
+// followed by the message prefix, e.g. "pg_logical_emit_message:outboxd.event". It is what
+// the dead-letter header outboxd.source.table shows for such a row.
+const MessageTablePrefix = "pg_logical_emit_message:"
+
+// MessageColumn is the one column of a message row: the message's content.
+const MessageColumn = "content"
 
 // Type describes a column as Debezium's connector for the database describes it (the Kafka
 // Connect schema of its field), so that a router can render values as Debezium does. The source

@@ -231,16 +231,16 @@ func (e *stopError) Is(target error) bool { return target == source.ErrPositionL
 
 func stopf(format string, args ...any) error { return &stopError{msg: fmt.Sprintf(format, args...)} }
 
-// message handles a logical decoding Message inside a transaction (Decode) or outside one (the
-// stream, before heartbeat handling): only a non-transactional message with outboxd's heartbeat
-// prefix is outboxd's; every other one is reported to onMessage. None is outbox data.
+// message handles a logical decoding Message the stream received outside a transaction, before
+// its heartbeat handling: only a non-transactional message with outboxd's heartbeat prefix is a
+// heartbeat; a non-transactional one with the outbox message prefix is ignored (debug log); a
+// transactional one with it is an error (pgoutput sends those inside a transaction, and outboxd
+// never drops an outbox event); every other one is reported to onMessage (message.go). None is
+// a row: inside a transaction Decode handles messages (decodeMessage).
 func (d *Decoder) message(b []byte) error {
 	m, err := parseMessage(b)
 	if err != nil {
 		return err
 	}
-	if (m.transactional || m.prefix != HeartbeatPrefix) && d.onMessage != nil {
-		d.onMessage(m)
-	}
-	return nil
+	return d.otherMessage(m)
 }

@@ -62,8 +62,13 @@ const (
 //     slice is freshly allocated (the caller keeps it).
 //   - Insert into an attributed relation appends a source.Row; an Insert into a relation that
 //     is not attributed is an error (outboxd never skips a row it cannot place). Update, Delete,
-//     Truncate, Type and Origin are ignored (they are not outbox inserts). A logical Message is
-//     not outbox data: one that is not an outboxd heartbeat is reported to onMessage.
+//     Truncate, Type and Origin are ignored (they are not outbox inserts).
+//   - A transactional logical Message with the prefix of SetMessagePrefix is an outbox event:
+//     it is added to the open transaction like an Insert's row (same chunk caps) as a
+//     source.Row with Message set, Table MessageTable(prefix) and the content, unparsed, in its
+//     one column (message.go). Every other Message is not outbox data: a non-transactional one
+//     with that prefix is ignored (debug log); one that is not an outboxd heartbeat is reported
+//     to onMessage.
 //   - A transaction without any captured row is still returned (with no rows), so the position
 //     can advance past it.
 //   - Values: NULL → Value{Null: true}; bytea → its raw bytes (hex or escape text form
@@ -84,6 +89,8 @@ type Decoder struct {
 
 	log       *slog.Logger    // notices about history replayed after a restart; nil: none
 	onMessage func(pgMessage) // logical decoding messages that are not outboxd heartbeats; nil: none
+	msgPrefix string          // SetMessagePrefix: transactional messages with it are rows; "": none
+	msgTable  string          // MessageTable(msgPrefix), the rows' Table
 
 	inTx      bool
 	tx        source.Tx // the open transaction's pending chunk (rows not yet returned)
@@ -157,7 +164,7 @@ func (d *Decoder) Decode(msg []byte) (tx source.Tx, done bool, err error) {
 	case msgInsert:
 		return d.insert(&r, len(msg))
 	case msgMessage:
-		err = d.message(msg)
+		return d.decodeMessage(msg) // message.go
 	case msgUpdate, msgDelete, msgTruncate, msgType, msgOrigin:
 		// Not outbox inserts. (Type and Origin carry nothing we need: type OIDs come with
 		// Relation, and unknown types are passed through as text.)
