@@ -28,8 +28,9 @@ type Config struct {
 	ServerID uint32
 	// Start (source.mysql.start) is where a first run without a stored position begins:
 	// "current" (the binlog end now), "earliest" (the oldest binlog the server still has) or an
-	// explicit position. Empty with no stored position is refused: a lost offsets file must not
-	// skip rows silently.
+	// explicit position. Empty with no stored position is refused (a lost offsets file must not
+	// skip rows silently), unless Snapshot is "initial": the snapshot's position is then the
+	// start, and Start is ignored.
 	Start string
 	// OffsetsStore describes where the pipeline stores positions ("offsets file
 	// /var/lib/outboxd/offsets.json (offsets.path)"), for the refusal without Start.
@@ -62,7 +63,8 @@ type Config struct {
 	ChunkBytes int
 	// Snapshot (source.mysql.snapshot): "initial" publishes the rows already in the tables at a
 	// first start (no stored position) from a consistent read, then streams from the binlog
-	// position of that read; "" or "never": no snapshot.
+	// position of that read (snapshot.go); "" or "never": no snapshot. Other values are refused
+	// by Open (and Adapter.Validate).
 	Snapshot string
 	// OrderColumn orders the snapshot's rows (outbox.order_column); "": the table's order.
 	OrderColumn string

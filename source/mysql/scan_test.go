@@ -97,3 +97,39 @@ func TestScanSQL(t *testing.T) {
 		t.Errorf("unsupported charset: %v", err)
 	}
 }
+
+// FuzzScanValue: the scan's value conversions never panic on any bytes the server could send,
+// and temporal text keeps its shape.
+func FuzzScanValue(f *testing.F) {
+	for _, s := range []string{"2024-01-02 03:04:05.123456", "-838:59:59.900000", "00:00:00", "::1", "\x01\x02", "0a1b2c3d-4e5f-4061-8273-94a5b6c7d8e9"} {
+		f.Add([]byte(s), uint8(3))
+	}
+	cols := []struct {
+		c  column
+		dt string
+	}{
+		{column{typ: gomysql.MYSQL_TYPE_DATETIME2}, "datetime"},
+		{column{typ: gomysql.MYSQL_TYPE_TIME2}, "time"},
+		{column{typ: gomysql.MYSQL_TYPE_BIT}, "bit"},
+		{column{typ: gomysql.MYSQL_TYPE_STRING, length: 16, charset: csBinary}, "uuid"},
+		{column{typ: gomysql.MYSQL_TYPE_STRING, length: 16, charset: csBinary}, "inet6"},
+		{column{typ: gomysql.MYSQL_TYPE_STRING, length: 4, charset: csBinary}, "inet4"},
+		{column{typ: gomysql.MYSQL_TYPE_STRING, length: 16, charset: csBinary}, "binary"},
+		{column{typ: gomysql.MYSQL_TYPE_VARCHAR, charset: csUTF16}, "varchar"},
+		{column{typ: gomysql.MYSQL_TYPE_VARCHAR, charset: csLatin1}, "varchar"},
+	}
+	f.Fuzz(func(t *testing.T, b []byte, fsp uint8) {
+		for _, c := range cols {
+			v := gomysql.NewFieldValue(gomysql.FieldValueTypeString, 0, b)
+			out, err := scanValue(&c.c, c.dt, int(fsp%8), &v)
+			if err != nil {
+				continue
+			}
+			if c.dt == "datetime" && int(fsp%8) <= 6 {
+				if want := 19 + map[bool]int{true: 0, false: int(fsp%8) + 1}[fsp%8 == 0]; len(out.Bytes) != want {
+					t.Fatalf("datetime %q fsp %d -> %q", b, fsp%8, out.Bytes)
+				}
+			}
+		}
+	})
+}
