@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -191,6 +193,13 @@ func TestScanQueries(t *testing.T) {
 		t.Errorf("scan beside a writer: %d rows, %v; want the 10 of the snapshot", seen, err)
 	}
 
+	// ctx ends the scan: the connection is closed and the error says why.
+	cctx, cancel := context.WithCancel(ctx)
+	err = a.ScanOutbox(cctx, source.ScanQuery{Table: "app.ob", Batch: 1}, func([]source.Row) error { cancel(); return nil })
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("scan with its ctx cancelled: %v; want context.Canceled", err)
+	}
+
 	// fn's error ends the scan with it.
 	stop := errors.New("stop here")
 	calls := 0
@@ -217,4 +226,38 @@ func TestScanQueries(t *testing.T) {
 			t.Errorf("CountOutbox(%+v) succeeded; want an error", tc.q)
 		}
 	}
+}
+
+// BenchmarkScanOutbox measures the scan's rate on a private MariaDB: OUTBOXD_SCAN_ROWS rows
+// (default 100000) of the demo outbox table, read with a no-op callback.
+//
+//	CI=true go test -run '^$' -bench BenchmarkScanOutbox -benchtime 1x ./source/mysql/
+func BenchmarkScanOutbox(b *testing.B) {
+	n := 100000
+	if v, err := strconv.Atoi(os.Getenv("OUTBOXD_SCAN_ROWS")); err == nil && v > 0 {
+		n = v
+	}
+	m := testenv.NewMariaDB(b, testenv.MariaDBOptions{RowMetadata: true})
+	c := db(b, m)
+	mustExec(b, c, testenv.MariaDBOutboxDDL("outbox", "BINARY(16)"))
+	mustExec(b, c, "SET SESSION sql_log_bin = 0")
+	mustExec(b, c, fmt.Sprintf(`INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+		SELECT UNHEX(LPAD(HEX(seq), 32, '0')), 'order', CONCAT('K', seq %% 100), 'created', CONCAT('{"n": ', seq, ', "pad": "', REPEAT('x', 200), '"}')
+		FROM seq_1_to_%d`, n))
+	a := scanAdapter(m, "app.outbox")
+	b.ResetTimer()
+	start := time.Now()
+	total := 0
+	for i := 0; i < b.N; i++ {
+		if err := a.ScanOutbox(context.Background(), source.ScanQuery{Table: "app.outbox"}, func(rows []source.Row) error {
+			total += len(rows)
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if total != n*b.N {
+		b.Fatalf("scanned %d rows, want %d", total, n*b.N)
+	}
+	b.ReportMetric(float64(total)/time.Since(start).Seconds(), "rows/s")
 }
