@@ -117,7 +117,7 @@ func DefaultConfig() Config {
 // Error is a permanent transform failure for one row: the row can never become a record, so the
 // pipeline dead-letters it. Reason is a stable snake_case code for the DLQ header and metrics.
 type Error struct {
-	Reason string // missing_column | invalid_topic | invalid_value | invalid_partition
+	Reason string // missing_column | invalid_topic | invalid_value | invalid_partition | invalid_message
 	Column string // the column at fault, when there is one
 	Msg    string
 }
@@ -202,8 +202,13 @@ func New(cfg Config) (*Router, error) {
 
 // Route builds the record for one row. A *Error means the row can never be delivered; the
 // record is then as far as it was built, and carries the `id` header whenever the row has a
-// non-NULL event id, so that the row's dead letter can be found by event id.
+// non-NULL event id, so that the row's dead letter can be found by event id. A message row
+// (row.Message) is parsed into its column view first and routed as that (message.go); malformed
+// content is an *Error with reason invalid_message.
 func (r *Router) Route(row *source.Row, commit time.Time) (sink.Record, error) {
+	if row.Message {
+		return r.routeMessage(row, commit) // message.go
+	}
 	rec, err := r.route(row, commit)
 	if err != nil && len(rec.Headers) == 0 {
 		if v, ok := row.Get(r.cfg.IDColumn); ok && !v.Null {
