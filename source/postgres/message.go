@@ -57,7 +57,9 @@ func (d *Decoder) SetMessagePrefix(prefix string) {
 }
 
 // outboxMessage reports whether m carries the outbox message prefix.
-func (d *Decoder) outboxMessage(m pgMessage) bool { return d.msgPrefix != "" && m.prefix == d.msgPrefix }
+func (d *Decoder) outboxMessage(m pgMessage) bool {
+	return d.msgPrefix != "" && m.prefix == d.msgPrefix
+}
 
 // decodeMessage handles a Message given to Decode: a transactional outbox message becomes a row
 // of the open transaction (and may cut the pending rows off as a chunk first, see add); any other
