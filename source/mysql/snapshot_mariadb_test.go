@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -238,5 +239,38 @@ func TestSnapshotRestartMidway(t *testing.T) {
 	}
 	if r2.closing != 31 {
 		t.Errorf("second attempt: the snapshot has %d rows, want 31", r2.closing)
+	}
+}
+
+// TestSnapshotCheck: `outboxd check` with snapshot: initial and nothing stored passes the start
+// line when the snapshot can be taken, and fails it for a missing table or order column.
+func TestSnapshotCheck(t *testing.T) {
+	t.Parallel()
+	m := testenv.NewMariaDB(t, testenv.MariaDBOptions{RowMetadata: true})
+	mustExec(t, db(t, m), "CREATE TABLE ob (id BIGINT NOT NULL PRIMARY KEY, note VARCHAR(20))")
+	nothing := func(context.Context) (source.Position, error) { return "", nil }
+	check := func(s Settings) (bool, string) {
+		var ok bool
+		var reason string
+		NewAdapter(s, nil).Preflight(context.Background(), nothing, func(name string, k bool, r, _ string) {
+			if name == "start position" {
+				ok, reason = k, r
+			}
+		})
+		return ok, reason
+	}
+	s := Settings{DSN: m.DSN("app"), Tables: []string{"app.ob"}, Snapshot: SnapshotInitial}
+	if ok, reason := check(s); !ok || !strings.Contains(reason, "snapshot: initial") {
+		t.Errorf("snapshot possible: %v %q", ok, reason)
+	}
+	bad := s
+	bad.OrderColumn = "nope"
+	if ok, reason := check(bad); ok || !strings.Contains(reason, `no column "nope"`) {
+		t.Errorf("missing order column: %v %q", ok, reason)
+	}
+	bad = s
+	bad.Tables = []string{"app.ob", "app.missing"}
+	if ok, reason := check(bad); ok || !strings.Contains(reason, "does not exist") {
+		t.Errorf("missing table: %v %q", ok, reason)
 	}
 }

@@ -97,3 +97,17 @@ func TestSnapshotSetting(t *testing.T) {
 		t.Errorf("Open with snapshot x: %v", err)
 	}
 }
+
+func TestHasReload(t *testing.T) {
+	for g, want := range map[string]bool{
+		"GRANT RELOAD, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO `outboxd`@`%`": true,
+		"GRANT ALL PRIVILEGES ON *.* TO `root`@`localhost` WITH GRANT OPTION":         true,
+		"GRANT SELECT, RELOAD ON `app`.* TO `outboxd`@`%`":                            false,
+		"GRANT REPLICATION SLAVE ON *.* TO `outboxd`@`%`":                             false,
+		"GRANT SELECT ON `app`.`reload` TO `outboxd`@`%`":                             false,
+	} {
+		if got := hasReload([][]string{{g}}); got != want {
+			t.Errorf("hasReload(%q) = %v", g, got)
+		}
+	}
+}
