@@ -27,12 +27,18 @@ const (
 
 // DeadLetter builds the dead-letter record for a record that can never be delivered. rec is the
 // record as far as it could be built; when it has no key and no value (the transform failed),
-// the value is the row as a JSON object (RowJSON). The topic is left to the caller
-// (kafka.dlq_topic).
+// the value is the row as a JSON object (RowJSON) — or, for a message row (row.Message: an
+// event carried by a logical decoding message, which has no columns of its own), the message's
+// raw content, byte for byte, so that it can be read, corrected and emitted again (`dlq replay`
+// parses it as a message again). The topic is left to the caller (kafka.dlq_topic).
 func DeadLetter(rec Record, row *source.Row, stage, reason, msg string, pos source.Position, now time.Time) Record {
 	out := Record{Key: rec.Key, Value: rec.Value}
 	if stage == "transform" && row != nil {
-		out.Value = RowJSON(row)
+		if row.Message {
+			out.Value = messageContent(row)
+		} else {
+			out.Value = RowJSON(row)
+		}
 	}
 	out.Headers = make([]Header, 0, len(rec.Headers)+7)
 	out.Headers = append(out.Headers, rec.Headers...)
@@ -50,4 +56,13 @@ func DeadLetter(rec Record, row *source.Row, stage, reason, msg string, pos sour
 		Header{Key: HeaderErrorTime, Value: []byte(now.UTC().Format(time.RFC3339))},
 	)
 	return out
+}
+
+// messageContent is a message row's content (source.MessageColumn), never nil: an empty
+// content is an empty value, not a null one.
+func messageContent(row *source.Row) []byte {
+	if v, ok := row.Get(source.MessageColumn); ok && v.Bytes != nil {
+		return v.Bytes
+	}
+	return []byte{}
 }
