@@ -38,6 +38,10 @@ Usage:
                             print dead-lettered records with their error headers
   outboxd dlq replay -c FILE [--id EVENT_ID]... [--all]
                             re-produce dead-lettered records to their original topic
+  outboxd republish -c FILE [--table NAME] [--since TIME] [--until TIME] [--time-column COL]
+                    [--where SQL] [--batch N] [--dry-run]
+                            publish the rows already in the outbox tables again (same records,
+                            same DLQ); safe beside a running outboxd run
   outboxd version           print version, commit and Go version
 
 Exit status: 0 clean stop, 1 runtime failure, 2 bad configuration or usage.
@@ -87,6 +91,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return offsetsCmd(args[1:], stdout, stderr)
 	case "dlq":
 		return dlqCmd(args[1:], stdout, stderr)
+	case "republish":
+		return republishCmd(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
