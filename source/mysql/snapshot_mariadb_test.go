@@ -196,6 +196,16 @@ func TestSnapshotInitial(t *testing.T) {
 			if len(r2.ids) != 1 || r2.ids[0] != 9000 || r2.chunks != 0 {
 				t.Errorf("restart from %s: rows %v in %d More chunks; want [9000] from the binlog", r.last, r2.ids, r2.chunks)
 			}
+			s2.Close()
+
+			// A restart from exactly the snapshot's position: accepted (checkStart), and the binlog
+			// after the snapshot comes again, from its first row.
+			s3 := openCfg(t, cfg, r.firstPos)
+			r3 := newSnapRun()
+			r3.read(t, s3, func() bool { return len(r3.ids) > 0 })
+			if r3.chunks != 0 || r3.ids[0] != r.ids[r.closing] {
+				t.Errorf("restart from the snapshot's position %s: first row %d (%d More chunks); want %d", r.firstPos, r3.ids[0], r3.chunks, r.ids[r.closing])
+			}
 		})
 	}
 }
@@ -239,6 +249,16 @@ func TestSnapshotRestartMidway(t *testing.T) {
 	}
 	if r2.closing != 31 {
 		t.Errorf("second attempt: the snapshot has %d rows, want 31", r2.closing)
+	}
+	s2.Close()
+
+	// A restart from exactly the snapshot's position (stored, nothing after it acked) is
+	// accepted as this server's position and goes on with the binlog after the snapshot.
+	s3 := openCfg(t, cfg, r2.firstPos)
+	r3 := newSnapRun()
+	r3.read(t, s3, func() bool { return len(r3.ids) > 0 })
+	if len(r3.ids) != 1 || r3.ids[0] != 32 || r3.chunks != 0 {
+		t.Errorf("restart from the snapshot's position %s: rows %v (%d More chunks); want [32] from the binlog", r2.firstPos, r3.ids, r3.chunks)
 	}
 }
 
