@@ -60,6 +60,11 @@ func ReplayRoute(ctx context.Context, c *config.Config, router *outbox.Router, l
 		return tt
 	}
 	return func(row *source.Row, commit time.Time) (sink.Record, error) {
+		if row.Message {
+			// A message row (tableless outbox): no table, no column types to read; the router
+			// parses the content and types its members as the pipeline did.
+			return router.Route(row, commit)
+		}
 		tt := lookup(row.Table)
 		if tt.err != nil {
 			return sink.Record{}, tt.err

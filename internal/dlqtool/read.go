@@ -17,6 +17,7 @@ import (
 
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/sink/kafka"
+	"github.com/outboxd/outboxd/source"
 )
 
 // Conn names the dead-letter topic and how to reach its cluster.
@@ -67,14 +68,21 @@ func (r *Record) ErrorTime() string      { return r.h(sink.HeaderErrorTime) }
 // original record's value: the transform failed, so no record was ever built.
 func (r *Record) RowValue() bool { return r.Stage() == "transform" }
 
+// MessageValue reports whether the dead letter is a message row's (outboxd.source.table starts
+// with source.MessageTablePrefix, the tableless outbox): a transform-stage one's value is then
+// the message's raw content, not a row as JSON.
+func (r *Record) MessageValue() bool {
+	return strings.HasPrefix(r.SourceTable(), source.MessageTablePrefix)
+}
+
 // EventID returns the event id: the `id` header, or, for a row-as-JSON dead letter without
 // one, the idColumn field of the row.
 func (r *Record) EventID(idColumn string) string {
 	if v, ok := r.Header("id"); ok {
 		return v
 	}
-	if !r.RowValue() || idColumn == "" {
-		return ""
+	if !r.RowValue() || idColumn == "" || r.MessageValue() {
+		return "" // a message's id header is set whenever its content had one
 	}
 	row, err := DecodeRow(r.Value)
 	if err != nil {

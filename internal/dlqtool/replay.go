@@ -122,8 +122,13 @@ func (p *planner) plan(r *Record) Plan {
 // is routed again with the current config.
 func (p *planner) planRow(pl Plan, r *Record, id string) Plan {
 	failed := fmt.Sprintf("the transform failed (%s: %s), so no Kafka record was ever built and the value is the source row as JSON", r.Reason(), r.Message())
+	again := "write a new outbox row"
+	if r.MessageValue() {
+		failed = fmt.Sprintf("the transform failed (%s: %s), so no Kafka record was ever built and the value is the message's raw content", r.Reason(), r.Message())
+		again = "emit the event again (pg_logical_emit_message)"
+	}
 	if p.route == nil {
-		pl.Why = "not replayable: " + failed + "; correct the data and write a new outbox row"
+		pl.Why = "not replayable: " + failed + "; correct the data and " + again
 		return pl
 	}
 	row, err := RowOf(r)
@@ -136,7 +141,7 @@ func (p *planner) planRow(pl Plan, r *Record, id string) Plan {
 	rec, err := p.route(row, r.Timestamp)
 	if err != nil {
 		pl.Why = fmt.Sprintf("not replayable: %s; with the current config the transform still fails (%v): "+
-			"correct the data and write a new outbox row, or fix outbox.* in the config and replay again", failed, err)
+			"correct the data and %s, or fix outbox.* in the config and replay again", failed, err, again)
 		return pl
 	}
 	pl.Replay, pl.Out = true, rec
@@ -147,8 +152,18 @@ func (p *planner) planRow(pl Plan, r *Record, id string) Plan {
 }
 
 // RowOf rebuilds the source row of a row-as-JSON dead letter (table from outboxd.source.table,
-// columns in name order, each with its original bytes).
+// columns in name order, each with its original bytes). A message row's dead letter
+// (MessageValue) gives the message row again: its value is the raw content, which the route
+// parses as the pipeline did.
 func RowOf(r *Record) (*source.Row, error) {
+	if r.MessageValue() {
+		content := r.Value
+		if content == nil {
+			content = []byte{}
+		}
+		return &source.Row{Table: r.SourceTable(), Columns: []string{source.MessageColumn},
+			Values: []source.Value{{Bytes: content}}, Types: []source.Type{{Kind: source.KindJSON}}, Message: true}, nil
+	}
 	vals, err := DecodeRow(r.Value)
 	if err != nil {
 		return nil, err
