@@ -60,6 +60,8 @@ type Adapter struct {
 	cfg   Config // New's defaults applied
 	log   *slog.Logger
 	probe SlotProbe
+	// keeper keeps the snapshot a Source took for the Sources opened after it (snapshot_keep.go).
+	keeper *snapshotKeeper
 }
 
 // NewAdapter applies the defaults to s. A nil log discards.
@@ -76,7 +78,7 @@ func NewAdapter(s Settings, log *slog.Logger) *Adapter {
 		CoverageCheckInterval: s.CoverageCheckInterval, MessagePrefix: s.MessagePrefix, Snapshot: s.Snapshot,
 		OrderColumn: s.OrderColumn}, log).cfg
 	s.Slot, s.Publication, s.HeartbeatInterval = cfg.Slot, cfg.Publication, &hb
-	return &Adapter{set: s, cfg: cfg, log: log, probe: SlotProbe{DSN: s.DSN, Slot: cfg.Slot}}
+	return &Adapter{set: s, cfg: cfg, log: log, probe: SlotProbe{DSN: s.DSN, Slot: cfg.Slot}, keeper: &snapshotKeeper{}}
 }
 
 // Config is the source configuration the adapter opens sources with (defaults applied).
@@ -125,7 +127,11 @@ func (a *Adapter) Validate() error {
 func (a *Adapter) Name() string { return "postgres:" + a.cfg.Slot }
 
 // NewSource returns a new, unopened Source of the pipeline.
-func (a *Adapter) NewSource() source.Source { return New(a.cfg, a.log) }
+func (a *Adapter) NewSource() source.Source {
+	s := New(a.cfg, a.log)
+	s.keeper, s.ownKeeper = a.keeper, false
+	return s
+}
 
 // RedactedDSN is source.dsn for logs without its password (RedactDSN).
 func (a *Adapter) RedactedDSN() string { return RedactDSN(a.set.DSN) }

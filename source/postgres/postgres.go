@@ -148,7 +148,9 @@ type Source struct {
 
 	rel relState // relation attribution (relations.go)
 
-	snap snapState // source.postgres.snapshot: initial (snapshot.go)
+	snap      snapState       // source.postgres.snapshot: initial (snapshot.go)
+	keeper    *snapshotKeeper // shared by the Adapter's Sources (snapshot_keep.go)
+	ownKeeper bool            // keeper is this Source's alone (New's): Close lets go of it
 }
 
 var _ source.Source = (*Source)(nil)
@@ -179,7 +181,7 @@ func New(cfg Config, log *slog.Logger) *Source {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Source{cfg: cfg, log: log.With("source", "postgres", "slot", cfg.Slot)}
+	s := &Source{cfg: cfg, log: log.With("source", "postgres", "slot", cfg.Slot), keeper: &snapshotKeeper{}, ownKeeper: true}
 	s.ext.fatal = make(chan struct{})
 	s.ext.cov.init()
 	return s
@@ -229,7 +231,8 @@ func (s *Source) start(ctx context.Context, repl *pgconn.PgConn, fromLSN pglogre
 	s.repl, s.cancel = repl, cancel
 	s.txCh, s.done = make(chan source.Tx), make(chan struct{})
 	if snap != nil {
-		s.snap.ch, s.snap.done = make(chan source.Tx), make(chan struct{})
+		s.snap.ch, s.snap.failed, s.snap.done = make(chan source.Tx), make(chan struct{}), make(chan struct{})
+		s.snap.at, s.snap.confirmedCh = snap.at, make(chan struct{}, 1)
 	}
 	closed := s.closed
 	s.mu.Unlock()
@@ -254,20 +257,20 @@ func (s *Source) start(ctx context.Context, repl *pgconn.PgConn, fromLSN pglogre
 // it returns that error on every call; after Close, ErrClosed.
 func (s *Source) Next(ctx context.Context) (source.Tx, error) {
 	s.mu.Lock()
-	txCh, done, snapCh, snapDone := s.txCh, s.done, s.snap.ch, s.snap.done
+	txCh, done, snapCh, snapFailed := s.txCh, s.done, s.snap.ch, s.snap.failed
 	s.mu.Unlock()
 	if done == nil {
 		return source.Tx{}, errors.New("postgres source: Next called before a successful Open")
 	}
 	if snapCh != nil && !s.snap.over { // the snapshot first (snapshot.go)
 		select {
-		case tx := <-snapCh:
-			return tx, nil
-		case <-snapDone:
-			if s.snap.err != nil {
-				return source.Tx{}, s.snap.err
+		case tx, ok := <-snapCh:
+			if ok {
+				return tx, nil
 			}
 			s.snap.over = true // every chunk was received: the stream follows
+		case <-snapFailed:
+			return source.Tx{}, s.snap.err
 		case <-done:
 			return source.Tx{}, s.err
 		case <-s.ext.fatal:
@@ -299,6 +302,7 @@ func (s *Source) Confirm(_ context.Context, p source.Position) error {
 	}
 	// storeConfirmed happens before the CompareAndSwap: a loop that armed confirmWake either sees
 	// the new position when it re-checks it or gets woken (stream.go, loop).
+	s.noteConfirmed(lsn) // snapshot_keep.go
 	if s.storeConfirmed(lsn) && s.confirmWake.CompareAndSwap(true, false) {
 		if w := s.waker.Load(); w != nil {
 			w.wake()
@@ -337,6 +341,9 @@ func (s *Source) Close() error {
 	s.closed = true
 	cancel, done, repl, snapDone := s.cancel, s.done, s.repl, s.snap.done
 	s.mu.Unlock()
+	if s.ownKeeper { // no other Source reads its snapshot again (snapshot_keep.go)
+		defer s.keeper.releaseAny()
+	}
 	if cancel == nil {
 		return nil // never opened (or Open failed / still running: it sees closed)
 	}
@@ -346,7 +353,7 @@ func (s *Source) Close() error {
 	}
 	<-done
 	if snapDone != nil {
-		<-snapDone // ends with the run context; it closes its own connection
+		<-snapDone // ends with the run context; it closes its own connection (the keeper's stays)
 	}
 	s.ext.wg.Wait()
 	ctx, c := context.WithTimeout(context.Background(), 5*time.Second)

@@ -18,8 +18,9 @@ package postgres
 // without publish_via_partition_root (outboxd's own publication sets it) has the root's column
 // order and NOT NULL flags here, the leaf's on the stream.
 //
-// Order. With ScanQuery.OrderBy (outbox.order_column) rows come by that column ascending (an
-// ORDER BY, an index makes it cheap). Without it they come in the order the table keeps: the
+// Order. With ScanQuery.OrderBy (outbox.order_column) rows come by that column ascending, ties
+// in heap order (ORDER BY col, ctid; an index on col makes it cheap: an incremental sort of the
+// ties). Without it they come in the order the table keeps: the
 // heap's physical order (a sequential scan from block 0: synchronized scans and index scans
 // are turned off for the transaction, so a WHERE cannot turn it into index order; a partitioned
 // table is its partitions one after another in partition bound order). For an append-only
@@ -238,7 +239,7 @@ func scanSQL(q source.ScanQuery, cols []string) (string, error) {
 		if !slices.Contains(cols, q.OrderBy) {
 			return "", fmt.Errorf("outbox.order_column %q is not a column of %s (columns: %s)", q.OrderBy, q.Table, strings.Join(cols, ", "))
 		}
-		sql += " ORDER BY " + quoteIdent(q.OrderBy)
+		sql += " ORDER BY " + quoteIdent(q.OrderBy) + ", ctid" // ties in heap order: the same order every time
 	}
 	return sql, nil
 }

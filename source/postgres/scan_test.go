@@ -16,11 +16,11 @@ func TestScanSQL(t *testing.T) {
 		want string
 	}{
 		{source.ScanQuery{Table: "public.outbox"}, `SELECT "id", "created at", "Payload" FROM "public"."outbox"`},
-		{source.ScanQuery{Table: `My"S.t`, OrderBy: "Payload"}, `SELECT "id", "created at", "Payload" FROM "My""S"."t" ORDER BY "Payload"`},
+		{source.ScanQuery{Table: `My"S.t`, OrderBy: "Payload"}, `SELECT "id", "created at", "Payload" FROM "My""S"."t" ORDER BY "Payload", ctid`},
 		{source.ScanQuery{Table: "outbox", TimeColumn: "created at", Since: at, Where: " k = 'x' OR k = 'y' "},
 			`SELECT "id", "created at", "Payload" FROM "public"."outbox" WHERE "created at" >= '2026-01-02 02:04:05.6Z'::timestamptz AND (k = 'x' OR k = 'y')`},
 		{source.ScanQuery{Table: "s.t", TimeColumn: "created at", Since: at, Until: at.Add(time.Hour), OrderBy: "id"},
-			`SELECT "id", "created at", "Payload" FROM "s"."t" WHERE "created at" >= '2026-01-02 02:04:05.6Z'::timestamptz AND "created at" < '2026-01-02 03:04:05.6Z'::timestamptz ORDER BY "id"`},
+			`SELECT "id", "created at", "Payload" FROM "s"."t" WHERE "created at" >= '2026-01-02 02:04:05.6Z'::timestamptz AND "created at" < '2026-01-02 03:04:05.6Z'::timestamptz ORDER BY "id", ctid`},
 	} {
 		got, err := scanSQL(c.q, cols)
 		if err != nil || got != c.want {

@@ -43,13 +43,31 @@ func (s *Source) setup(ctx context.Context, from pglogrepl.LSN) (_ *pgconn.PgCon
 		return nil, nil, err
 	}
 	takeSnapshot := s.cfg.Snapshot == SnapshotInitial && from == 0
-	if takeSnapshot && slot.exists { // snapshot.go
+	if from != 0 { // a stored position: any snapshot this process kept is behind it (snapshot_keep.go)
+		s.keeper.releaseAny()
+	}
+	switch {
+	case takeSnapshot && slot.exists: // snapshot.go
+		if kept := s.keeper.reusable(ctx, s.cfg.Slot, slot); kept != nil {
+			if err := s.checkResume(slot, from); err != nil {
+				return nil, nil, err
+			}
+			if snap, err = readSnapshot(ctx, s.cfg.DSN, kept); err != nil {
+				s.keeper.release(kept)
+				return nil, nil, fmt.Errorf("snapshot: %w: outboxd stops; the next start drops the slot and takes the snapshot again", err)
+			}
+			s.log.Info("snapshot: reading again the snapshot this process took on this slot (its position is not stored yet): the same rows in the same order",
+				"position", kept.at)
+			break
+		}
 		if err := s.dropForSnapshot(ctx, admin, slot); err != nil {
 			return nil, nil, err
 		}
 		slot.exists = false
-	} else if err := s.checkResume(slot, from); err != nil {
-		return nil, nil, err
+	default:
+		if err := s.checkResume(slot, from); err != nil {
+			return nil, nil, err
+		}
 	}
 	if slot.exists { // a slot outboxd creates below is younger than the publication
 		if hits := s.ext.cov.base.Load().NewerThanSlot(); len(hits) > 0 {
@@ -99,7 +117,7 @@ func (s *Source) setup(ctx context.Context, from pglogrepl.LSN) (_ *pgconn.PgCon
 				if s.snap.created != nil {
 					s.snap.created()
 				}
-				if snap, err = s.importSnapshot(ctx, created); err != nil {
+				if snap, err = s.takeSnapshot(ctx, created); err != nil {
 					repl.Close(context.Background())
 					return nil, nil, err
 				}

@@ -22,18 +22,21 @@ package postgres
 // stores no position until the whole snapshot is delivered; then C, after which the stream's
 // transactions (all ending after C) follow. Empty tables give one Tx with no rows at C.
 //
-// Crash mid-snapshot. No position is stored, the slot exists. The exported snapshot is gone
-// with its transaction and a slot cannot export another one, so on the next start with no
-// stored position and snapshot: initial, outboxd drops the slot (loud WARN saying why) and
-// takes the snapshot again with a new one: every row in the tables is published (again for
-// those already delivered: same ids, consumers deduplicate). Rows that were written after the
-// old slot's start and are no longer in the tables when the new snapshot is taken (deleted by
-// the application, e.g. an insert-then-delete outbox) are not published: snapshot: initial is
-// for tables that keep their rows. The same happens when the stored position was lost while
-// a slot exists (the offsets file removed, another offsets store): with snapshot: initial a
-// missing position means "first start". A slot of another kind (not logical pgoutput on this
-// database) is refused, never dropped; an active one (another process reads it) is refused
-// with ErrSlotActive.
+// Reopened before its position was stored. No position is stored, the slot exists. Within the
+// process (the pipeline opening a new Source after an error, or exactly_once re-reading a
+// transaction too big to keep in memory) the Adapter's snapshot keeper still holds the snapshot:
+// the new Source reads the same snapshot from the same slot, the same rows in the same order
+// (snapshot_keep.go). After a crash or a restart the exported snapshot is gone with its
+// transaction, and a slot cannot export another one, so on the next start with no stored
+// position and snapshot: initial, outboxd drops the slot (loud WARN saying why) and takes the
+// snapshot again with a new one: every row in the tables is published (again for those already
+// delivered: same ids, consumers deduplicate). Rows that were written after the old slot's start
+// and are no longer in the tables when the new snapshot is taken (deleted by the application,
+// e.g. an insert-then-delete outbox) are not published: snapshot: initial is for tables that
+// keep their rows. The same happens when the stored position was lost while a slot exists (the
+// offsets file removed, another offsets store): with snapshot: initial a missing position means
+// "first start". A slot of another kind (not logical pgoutput on this database) is refused,
+// never dropped; an active one (another process reads it) is refused with ErrSlotActive.
 
 import (
 	"context"
@@ -58,16 +61,20 @@ const (
 type snapshotRun struct {
 	conn *pgx.Conn     // its REPEATABLE READ transaction is open with the snapshot imported
 	at   pglogrepl.LSN // the slot's consistent point: the snapshot's position
-	time time.Time     // now() of the importing transaction
+	time time.Time     // now() of the transaction that imported it from the slot
+	kept *keptSnapshot // the keeper's transaction it was imported from (snapshot_keep.go)
 }
 
 // snapState is the Source's part of a snapshot (a Source field): set by start before the
 // snapshot goroutine runs; over is Next's own (Next is called from one goroutine).
 type snapState struct {
-	ch   chan source.Tx // the snapshot's chunks, unbuffered
-	done chan struct{}  // closed when the snapshot goroutine ends; err is set before
-	err  error
-	over bool // Next saw done with no error: the stream's transactions follow
+	ch          chan source.Tx // the snapshot's chunks, unbuffered; closed after the last
+	failed      chan struct{}  // closed when the snapshot failed; err is set before
+	done        chan struct{}  // closed when the snapshot goroutine ends
+	err         error
+	at          pglogrepl.LSN // the snapshot's position
+	confirmedCh chan struct{} // a Confirm reached at (capacity 1)
+	over        bool          // Next saw ch closed: the stream's transactions follow
 
 	created func() // test hook: runs after the slot's creation, before the snapshot's import
 }
@@ -112,47 +119,40 @@ func (s *Source) dropForSnapshot(ctx context.Context, admin *pgx.Conn, si slotIn
 	return nil
 }
 
-// importSnapshot opens the snapshot's connection and imports the snapshot the slot's creation
-// exported; it must run before any other command on the replication connection.
-func (s *Source) importSnapshot(ctx context.Context, created pglogrepl.CreateReplicationSlotResult) (*snapshotRun, error) {
-	at, err := pglogrepl.ParseLSN(created.ConsistentPoint)
-	if err != nil {
-		return nil, fmt.Errorf("create replication slot %q: unreadable consistent point %q: %w", s.cfg.Slot, created.ConsistentPoint, err)
-	}
-	if created.SnapshotName == "" {
-		return nil, fmt.Errorf("create replication slot %q with EXPORT_SNAPSHOT: the server exported no snapshot", s.cfg.Slot)
-	}
-	conn, err := connectSession(ctx, s.cfg.DSN)
-	if err != nil {
-		return nil, fmt.Errorf("snapshot: %w", err)
-	}
-	run := &snapshotRun{conn: conn, at: at}
-	if _, err = conn.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err == nil {
-		_, err = conn.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(created.SnapshotName))
-	}
+// takeSnapshot returns the snapshot to hand out from the slot just created: imported into the
+// keeper (snapshot_keep.go) and read by a transaction of its own. It must run before any other
+// command on the replication connection.
+func (s *Source) takeSnapshot(ctx context.Context, created pglogrepl.CreateReplicationSlotResult) (*snapshotRun, error) {
+	kept, err := s.keeper.keep(ctx, s.cfg.DSN, s.cfg.Slot, created)
 	if err == nil {
-		err = conn.QueryRow(ctx, `SELECT now()`).Scan(&run.time)
+		var run *snapshotRun
+		if run, err = readSnapshot(ctx, s.cfg.DSN, kept); err == nil {
+			s.log.Info("snapshot imported", "snapshot", created.SnapshotName, "position", kept.at, "tables", s.cfg.Tables)
+			return run, nil
+		}
+		s.keeper.release(kept)
 	}
-	if err != nil {
-		conn.Close(context.Background())
-		return nil, fmt.Errorf("snapshot: import the slot's exported snapshot %s: %w: outboxd stops; the next start drops the slot and takes the snapshot again", created.SnapshotName, err)
-	}
-	s.log.Info("snapshot imported", "snapshot", created.SnapshotName, "position", at, "tables", s.cfg.Tables)
-	return run, nil
+	return nil, fmt.Errorf("snapshot: %w: outboxd stops; the next start drops the slot and takes the snapshot again", err)
 }
 
 // runSnapshot hands out the snapshot over s.snap.ch (snapshot.go's file comment), then ends;
 // on Close (ctx) its error is ErrClosed.
 func (s *Source) runSnapshot(ctx context.Context, run *snapshotRun) {
+	defer close(s.snap.done)
 	err := s.handOutSnapshot(ctx, run)
 	run.conn.Close(context.Background())
-	if ctx.Err() != nil {
-		err = ErrClosed
-	} else if err != nil {
-		err = fmt.Errorf("snapshot (source.postgres.snapshot: initial): %w: outboxd stops; no position was stored, so the next start takes the snapshot again", err)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = ErrClosed
+		} else {
+			err = fmt.Errorf("snapshot (source.postgres.snapshot: initial): %w: outboxd stops; no position was stored, so the next start takes the snapshot again", err)
+		}
+		s.snap.err = err
+		close(s.snap.failed)
+		return
 	}
-	s.snap.err = err
-	close(s.snap.done)
+	close(s.snap.ch)
+	s.awaitConfirmed(ctx, run) // snapshot_keep.go
 }
 
 func (s *Source) handOutSnapshot(ctx context.Context, run *snapshotRun) error {

@@ -359,3 +359,74 @@ func TestSnapshotEmptyTables(t *testing.T) {
 		t.Errorf("after the snapshot: %v, want the new row %s", got, id)
 	}
 }
+
+// TestSnapshotReopenSameProcess: the Adapter's Sources share a snapshot keeper, so a Source
+// opened again without a stored position (the pipeline re-opening, exactly_once re-reading a
+// spilled transaction) reads the same snapshot (same rows, same order, same position) from the
+// same slot, however the table changed; a Confirm of the snapshot's position lets go of it.
+func TestSnapshotReopenSameProcess(t *testing.T) {
+	dsn, conn := testDB(t, "snapkeep")
+	exec(t, conn, `INSERT INTO public.outbox (id, aggregatetype, aggregateid, type, payload)
+		SELECT gen_random_uuid(), 'A', 'pre', 'T', '{}' FROM generate_series(1, 300) g`)
+	want := heapIDs(t, conn, "public.outbox")
+	a := NewAdapter(Settings{DSN: dsn, Tables: []string{"public.outbox"}, Slot: "snapkeep", Publication: "snapkeep", Snapshot: SnapshotInitial}, testLog())
+	t.Cleanup(a.keeper.releaseAny)
+	newSource := func() *Source {
+		s := a.NewSource().(*Source)
+		s.cfg.ChunkRows, s.cfg.StandbyTimeout = 50, testStandby
+		return s
+	}
+	s1 := newSource()
+	open(t, s1, "")
+	point := slotConfirmed(t, conn, "snapkeep")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := s1.Next(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s1.Close()
+	// The table changes: a snapshot row deleted, rows inserted (into its free space, too).
+	exec(t, conn, `DELETE FROM public.outbox WHERE id = $1`, want[10])
+	exec(t, conn, `VACUUM public.outbox`)
+	var later []string
+	for i := 0; i < 5; i++ {
+		var id string
+		if err := conn.QueryRow(context.Background(), insertRow).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		later = append(later, id)
+	}
+
+	s2 := newSource()
+	open(t, s2, "")
+	if p := slotConfirmed(t, conn, "snapkeep"); p != point {
+		t.Errorf("slot at %s after the reopen, want it kept at %s", p, point)
+	}
+	snap := nextTxChunks(t, s2)
+	if got := rowIDs(chunkRows(snap)); !slices.Equal(got, want) {
+		t.Errorf("the reopened Source's snapshot has %d rows, want the first one's %d in the same order", len(got), len(want))
+	}
+	if pos := snap[len(snap)-1].Position; pos != point {
+		t.Errorf("snapshot at %s, want %s", pos, point)
+	}
+	var streamed []string
+	for len(streamed) < len(later) {
+		streamed = append(streamed, rowIDs(nextRows(t, s2).Rows)...)
+	}
+	if !slices.Equal(streamed, later) {
+		t.Errorf("streamed %v, want the rows inserted after the snapshot %v", streamed, later)
+	}
+	if err := s2.Confirm(ctx, point); err != nil {
+		t.Fatal(err)
+	}
+	if err := harness.Until(10*time.Second, harness.Interval, func() error {
+		a.keeper.mu.Lock()
+		defer a.keeper.mu.Unlock()
+		if a.keeper.held != nil {
+			return context.DeadlineExceeded
+		}
+		return nil
+	}); err != nil {
+		t.Error("the keeper still holds the snapshot after its position was confirmed")
+	}
+}
