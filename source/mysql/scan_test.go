@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -133,3 +134,9 @@ func FuzzScanValue(f *testing.F) {
 		}
 	})
 }
+
+// The method set of internal/app's scanner interface (outboxd republish picks the adapter by it).
+var _ interface {
+	ScanOutbox(ctx context.Context, q source.ScanQuery, fn func(rows []source.Row) error) error
+	CountOutbox(ctx context.Context, q source.ScanQuery) (int64, error)
+} = (*Adapter)(nil)
