@@ -18,7 +18,7 @@ import (
 // order. The stored position does not matter to them (Open settles it against the slot).
 func (a *Adapter) Preflight(ctx context.Context, _ func(context.Context) (source.Position, error), report func(name string, ok bool, reason, fix string)) {
 	for _, r := range Preflight(ctx, Config{DSN: a.cfg.DSN, Tables: a.cfg.Tables, Slot: a.cfg.Slot,
-		Publication: a.cfg.Publication, Columns: a.cfg.Columns}) {
+		Publication: a.cfg.Publication, Columns: a.cfg.Columns, MessagePrefix: a.cfg.MessagePrefix}) {
 		report(r.Name, r.OK, r.Reason, r.Fix)
 	}
 }
