@@ -64,6 +64,9 @@ func Preflight(ctx context.Context, cfg Config) []CheckResult {
 	if err != nil {
 		return append(out, CheckResult{Name: "publication " + cfg.Publication, Reason: err.Error(), Fix: "check the role may read server settings"})
 	}
+	if cfg.MessagePrefix != "" {
+		out = append(out, messagesCheck(ctx, conn, vnum, cfg.MessagePrefix)) // the tableless outbox
+	}
 	shape, err := queryShape(ctx, conn, vnum, cfg.Publication, cfg.Slot, cfg.Tables)
 	if err != nil {
 		return append(out, CheckResult{Name: "publication " + cfg.Publication, Reason: err.Error(),
