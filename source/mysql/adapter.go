@@ -50,6 +50,7 @@ type Adapter struct {
 	store  string   // Settings.OffsetsStore
 	log    *slog.Logger
 	locker Locker
+	clean  myCleaner // outbox.cleanup's connection (cleanup.go)
 }
 
 // NewAdapter applies the defaults to s. A nil log discards.

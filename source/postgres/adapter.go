@@ -62,6 +62,7 @@ type Adapter struct {
 	probe SlotProbe
 	// keeper keeps the snapshot a Source took for the Sources opened after it (snapshot_keep.go).
 	keeper *snapshotKeeper
+	clean  pgCleaner // outbox.cleanup's connection (cleanup.go)
 }
 
 // NewAdapter applies the defaults to s. A nil log discards.
