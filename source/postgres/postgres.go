@@ -343,6 +343,8 @@ func (s *Source) Close() error {
 	s.mu.Unlock()
 	if s.ownKeeper { // no other Source reads its snapshot again (snapshot_keep.go)
 		defer s.keeper.releaseAny()
+	} else {
+		defer s.keeper.closed(s.log)
 	}
 	if cancel == nil {
 		return nil // never opened (or Open failed / still running: it sees closed)

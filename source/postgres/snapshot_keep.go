@@ -12,7 +12,9 @@ package postgres
 // opened without a stored position while the keeper holds the snapshot of the slot as it stands
 // (its confirmed_flush_lsn still the snapshot's consistent point) reads the same snapshot from
 // the same slot instead of dropping it. The keeper lets go of the snapshot once its position is
-// confirmed, or when a Source opens at a stored position; a process that ends loses it (then the
+// confirmed, when a Source opens at a stored position, or keptIdle after the last Source closed
+// with no other taking it (a process that lost the active role to a standby must not hold back
+// VACUUM for ever); a process that ends loses it (then the
 // next start drops the slot and takes a new snapshot, snapshot.go). Only a table rewrite (VACUUM
 // FULL, CLUSTER) between two reads can change the heap order of the same snapshot; with
 // outbox.order_column the scan breaks ties by ctid.
@@ -20,6 +22,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -32,7 +35,12 @@ import (
 type snapshotKeeper struct {
 	mu   sync.Mutex
 	held *keptSnapshot
+	idle *time.Timer // lets go of held keptIdle after the last Source closed (closed)
 }
+
+// keptIdle is how long a kept snapshot outlives the Source that read it, waiting for the next
+// Source of the process (the pipeline reopens within seconds). A variable for tests.
+var keptIdle = 5 * time.Minute
 
 // keptSnapshot is an imported snapshot kept open.
 type keptSnapshot struct {
@@ -81,6 +89,7 @@ func (k *snapshotKeeper) set(kept *keptSnapshot) {
 	k.mu.Lock()
 	old := k.held
 	k.held = kept
+	k.stopIdle()
 	k.mu.Unlock()
 	if old != nil {
 		old.conn.Close(context.Background())
@@ -108,19 +117,49 @@ func (k *snapshotKeeper) reusable(ctx context.Context, slot string, si slotInfo)
 		k.release(kept)
 		return nil
 	}
+	k.mu.Lock()
+	k.stopIdle()
+	k.mu.Unlock()
 	return kept
 }
 
-// release lets go of kept if it is still the held snapshot.
-func (k *snapshotKeeper) release(kept *keptSnapshot) {
+// stopIdle stops the idle timer; k.mu is held.
+func (k *snapshotKeeper) stopIdle() {
+	if k.idle != nil {
+		k.idle.Stop()
+		k.idle = nil
+	}
+}
+
+// closed is called when a Source sharing k closed: the held snapshot, if any, is let go of
+// unless another Source takes it within keptIdle.
+func (k *snapshotKeeper) closed(log *slog.Logger) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	kept := k.held
+	if kept == nil {
+		return
+	}
+	k.stopIdle()
+	k.idle = time.AfterFunc(keptIdle, func() {
+		if k.release(kept) {
+			log.Info("snapshot released: no source opened again within the time a kept snapshot waits", "position", kept.at, "waited", keptIdle)
+		}
+	})
+}
+
+// release lets go of kept if it is still the held snapshot, and reports whether it was.
+func (k *snapshotKeeper) release(kept *keptSnapshot) bool {
 	k.mu.Lock()
 	if k.held != kept || kept == nil {
 		k.mu.Unlock()
-		return
+		return false
 	}
 	k.held = nil
+	k.stopIdle()
 	k.mu.Unlock()
 	kept.conn.Close(context.Background())
+	return true
 }
 
 // releaseAny lets go of the held snapshot, if any.

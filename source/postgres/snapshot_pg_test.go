@@ -430,3 +430,55 @@ func TestSnapshotReopenSameProcess(t *testing.T) {
 		t.Error("the keeper still holds the snapshot after its position was confirmed")
 	}
 }
+
+// TestSnapshotKeptIdle: a kept snapshot no Source takes again is let go of keptIdle after the
+// last Source closed (a process that lost the active role must not hold back VACUUM).
+func TestSnapshotKeptIdle(t *testing.T) {
+	dsn, conn := testDB(t, "snapidle")
+	exec(t, conn, `INSERT INTO public.outbox (id, aggregatetype, aggregateid, type, payload)
+		SELECT gen_random_uuid(), 'A', 'pre', 'T', '{}' FROM generate_series(1, 100) g`)
+	old := keptIdle
+	keptIdle = 200 * time.Millisecond
+	t.Cleanup(func() { keptIdle = old })
+	a := NewAdapter(Settings{DSN: dsn, Tables: []string{"public.outbox"}, Slot: "snapidle", Publication: "snapidle", Snapshot: SnapshotInitial}, testLog())
+	t.Cleanup(a.keeper.releaseAny)
+	s := a.NewSource().(*Source)
+	s.cfg.ChunkRows, s.cfg.StandbyTimeout = 10, testStandby
+	open(t, s, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := s.Next(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held := func() bool {
+		a.keeper.mu.Lock()
+		defer a.keeper.mu.Unlock()
+		return a.keeper.held != nil
+	}
+	s.Close()
+	if !held() {
+		t.Fatal("the snapshot was let go of at Close, before keptIdle")
+	}
+	var sessions int
+	countKept := func() int {
+		conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE datname = 'snapidle' AND application_name = 'outboxd' AND state = 'idle in transaction'`).Scan(&sessions)
+		return sessions
+	}
+	// The scan's own session ends with the Source (its backend may take a moment to go).
+	if err := harness.Until(10*time.Second, harness.Interval, func() error {
+		if countKept() != 1 {
+			return context.DeadlineExceeded
+		}
+		return nil
+	}); err != nil && held() {
+		t.Errorf("%d idle-in-transaction outboxd sessions while the snapshot is kept, want 1", sessions)
+	}
+	if err := harness.Until(10*time.Second, harness.Interval, func() error {
+		if held() || countKept() != 0 {
+			return context.DeadlineExceeded
+		}
+		return nil
+	}); err != nil {
+		t.Errorf("the kept snapshot is still held %v after the Source closed (held %v, sessions %d)", keptIdle, held(), sessions)
+	}
+}
