@@ -30,6 +30,11 @@ type Metrics struct {
 	standbyG     prometheus.Gauge
 	slotStatus   *prometheus.GaugeVec
 	slotRetained prometheus.Gauge
+	// outbox.cleanup (internal/app/cleanup.go)
+	cleanDeleted *prometheus.CounterVec
+	cleanFailed  prometheus.Counter
+	cleanDropped prometheus.Counter
+	outboxRows   *prometheus.GaugeVec
 	standby      atomic.Bool
 	lastCommit   atomic.Int64 // unix nanos of the last stored position
 	lastProgress atomic.Int64 // unix nanos of the last ack or commit
@@ -57,11 +62,36 @@ func New() *Metrics {
 		slotStatus: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "outboxd_slot_wal_status",
 			Help: "PostgreSQL: 1 for the replication slot's current pg_replication_slots.wal_status, 0 for the others."}, []string{"status"}),
 		slotRetained: prometheus.NewGauge(prometheus.GaugeOpts{Name: "outboxd_slot_retained_bytes", Help: "PostgreSQL: server WAL position minus the slot's restart_lsn (WAL kept for the slot)."}),
+		cleanDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "outboxd_cleanup_deleted_total",
+			Help: "outbox.cleanup: delivered outbox rows deleted, by table."}, []string{"table"}),
+		cleanFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "outboxd_cleanup_failed_cycles_total",
+			Help: "outbox.cleanup: cleanup cycles in which a DELETE or the row estimate failed (retried next cycle; delivery goes on)."}),
+		cleanDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "outboxd_cleanup_dropped_ids_total",
+			Help: "outbox.cleanup: ids of delivered rows dropped from memory by the tracker's cap (internal/cleanup.DefaultMaxIDs): those rows stay in the table."}),
+		outboxRows: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "outboxd_outbox_table_rows",
+			Help: "outbox.cleanup: the server's estimate of the outbox table's row count (PostgreSQL pg_class.reltuples, MySQL information_schema.TABLES.TABLE_ROWS), each cycle."}, []string{"table"}),
 	}
+	r.MustRegister(m.cleanDeleted, m.cleanFailed, m.cleanDropped, m.outboxRows)
 	r.MustRegister(m.standbyG, m.slotStatus, m.slotRetained)
 	r.MustRegister(m.eventsRead, m.produced, m.dlq, m.commitToAck, m.lagBytes, m.inflight, m.up,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// CleanupDeleted counts n outbox rows of table deleted by outbox.cleanup.
+func (m *Metrics) CleanupDeleted(table string, n int64) {
+	m.cleanDeleted.WithLabelValues(table).Add(float64(n))
+}
+
+// CleanupFailed counts a cleanup cycle that failed.
+func (m *Metrics) CleanupFailed() { m.cleanFailed.Inc() }
+
+// CleanupDropped counts n ids the cleanup tracker dropped by its cap.
+func (m *Metrics) CleanupDropped(n int64) { m.cleanDropped.Add(float64(n)) }
+
+// SetOutboxRows sets the row estimate of an outbox table.
+func (m *Metrics) SetOutboxRows(table string, n int64) {
+	m.outboxRows.WithLabelValues(table).Set(float64(n))
 }
 
 func (m *Metrics) EventsRead(n int) { m.eventsRead.Add(float64(n)) }
