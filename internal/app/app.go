@@ -159,7 +159,7 @@ func runActive(ctx context.Context, c *config.Config, ad adapter, log *slog.Logg
 		Producer: prod, Route: router.Route, Classify: kafka.Classify,
 		Store: store, DLQTopic: c.Kafka.DLQTopic, MaxInflight: c.Kafka.MaxInflight, MaxRecordBytes: c.Kafka.MaxRecordBytes,
 		CommitInterval: c.Offsets.CommitInterval, ShutdownTimeout: c.ShutdownTimeout, Log: log, Metrics: m,
-		OnOpen: func() { m.SetUp(true) },
+		OnOpen: func() { m.SetUp(true); cl.opened() },
 	}
 	err = pipeline.Run(ctx, opts)
 	m.SetUp(false)
@@ -211,7 +211,7 @@ func runExactlyOnce(ctx context.Context, c *config.Config, ad adapter, log *slog
 		Route: router.Route, Classify: kafka.Classify, Fatal: kafka.TxnFatal, Fenced: kafka.IsFenced, Store: store,
 		TransactionalID: txnID, DLQTopic: c.Kafka.DLQTopic, DLQBreaker: breaker, MaxRecordBytes: c.Kafka.MaxRecordBytes,
 		ShutdownTimeout: c.ShutdownTimeout, TxnTimeout: c.Kafka.TransactionTimeout, Log: log, Metrics: m, Crash: crash,
-		OnOpen: func() { m.SetUp(true) },
+		OnOpen: func() { m.SetUp(true); cl.opened() },
 	})
 	m.SetUp(false)
 	if err != nil {
