@@ -45,9 +45,14 @@ func (a *alo) accept(now time.Time, ch *source.Tx) error {
 		a.live += len(fs)
 		for i := range fs {
 			f := &fs[i]
-			f.seq, f.row, f.commitTime, f.where = seq, &ch.Rows[i], ch.CommitTime, where
+			f.seq, f.row, f.commitTime, f.where, f.ord = seq, &ch.Rows[i], ch.CommitTime, where, a.nrec
+			a.nrec++
 			f.bytes = source.RowBytes(f.row)
 			a.bytes += f.bytes
+			if a.halted != nil { // halted on an earlier row of this chunk: the rest is withheld
+				a.stickAt(f)
+				continue
+			}
 			rec, err := a.c.cfg.Route(f.row, f.commitTime)
 			f.rec = rec
 			if err != nil {
@@ -58,6 +63,9 @@ func (a *alo) accept(now time.Time, ch *source.Tx) error {
 		}
 	}
 	a.commitPrefix() // a 0-row chunk may close a resolved transaction
+	if a.halted != nil {
+		a.maybeFinish()
+	}
 	return nil
 }
 

@@ -21,6 +21,7 @@ type flight struct {
 	commitTime time.Time
 	where      Where
 	bytes      int
+	ord        uint64 // the record's number in source order (since New)
 	state      flightState
 }
 
@@ -30,6 +31,7 @@ const (
 	flightRecord flightState = iota // the record is being produced
 	flightDLQ                       // its dead letter is being produced
 	flightDone                      // resolved
+	flightStuck                     // never resolves: halted on it, or withheld after a halt (permanent.go)
 )
 
 // phase is where the at_least_once session is.
@@ -64,6 +66,12 @@ type alo struct {
 	deadline time.Time // the drain's
 	timedOut string    // set when the deadline passed: what was unresolved then
 	after    source.Position
+
+	// kafka.on_permanent_error: stop (permanent.go)
+	nrec    uint64          // records accepted (numbers them: flight.ord)
+	halted  *PermanentError // the earliest record halted on (nil: none)
+	haltOrd uint64
+	stuck   int // unresolved flights that never resolve (halted, withheld)
 }
 
 func newALO(c *Core, stored source.Position) *alo {
@@ -98,6 +106,9 @@ func (a *alo) stop(now, deadline time.Time) {
 }
 
 func (a *alo) sourceEnded(now, deadline time.Time) {
+	if a.halted != nil && (a.phase == phaseDraining || a.phase == phaseFinishing) {
+		return // already draining for the halt; the loop's reader failed meanwhile
+	}
 	if a.phase != phaseRunning {
 		a.c.fail(fmt.Errorf("delivery: SourceEnded in phase %d (no session running)", a.phase))
 		return
@@ -120,6 +131,10 @@ func (a *alo) tick(now time.Time) {
 // abandoned and the final save runs; once it is stored, the session is Done (or, past the
 // deadline, the timeout is the error).
 func (a *alo) maybeFinish() {
+	if a.phase == phaseDraining && a.halted != nil && a.live == a.stuck {
+		a.commitPrefix() // ends before the halted record's transaction (it never resolves)
+		a.phase = phaseFinishing
+	}
 	if a.phase == phaseDraining && a.live == 0 {
 		if err := a.tracker.Abandon(); err != nil {
 			a.c.fail(fmt.Errorf("delivery: %w", err))
@@ -133,6 +148,10 @@ func (a *alo) maybeFinish() {
 	}
 	if a.committedSeq > a.storedSeq {
 		a.startSave(a.committed, a.committedSeq)
+		return
+	}
+	if a.halted != nil {
+		a.finishHalt()
 		return
 	}
 	if a.timedOut != "" {
@@ -159,8 +178,12 @@ func (a *alo) check() error {
 	if a.live != a.tracker.Records() {
 		return fmt.Errorf("%d flights unresolved, the tracker counts %d records", a.live, a.tracker.Records())
 	}
-	if a.outstanding > a.c.cfg.MaxInflight || a.outstanding+len(a.backlog)-a.bhead != a.live {
-		return fmt.Errorf("%d sends outstanding (cap %d) and %d waiting for %d unresolved records", a.outstanding, a.c.cfg.MaxInflight, len(a.backlog)-a.bhead, a.live)
+	if a.outstanding > a.c.cfg.MaxInflight || a.outstanding+len(a.backlog)-a.bhead != a.live-a.stuck {
+		return fmt.Errorf("%d sends outstanding (cap %d) and %d waiting for %d unresolved records (%d stuck after a halt)",
+			a.outstanding, a.c.cfg.MaxInflight, len(a.backlog)-a.bhead, a.live, a.stuck)
+	}
+	if a.stuck > 0 && a.halted == nil || a.halted != nil && (a.stuck == 0 || a.phase == phaseRunning) {
+		return fmt.Errorf("%d stuck records with halt %v in phase %d", a.stuck, a.halted != nil, a.phase)
 	}
 	if a.bytes < 0 || (a.bytes == 0) != (a.live == 0) {
 		return fmt.Errorf("%d in-flight bytes with %d records in flight", a.bytes, a.live)
@@ -171,7 +194,7 @@ func (a *alo) check() error {
 	if (a.phase == phaseIdle || a.phase == phaseStopped) && a.tracker.Open() {
 		return fmt.Errorf("a transaction is still open after the session ended (it must be abandoned and re-read whole)")
 	}
-	if a.phase == phaseFinishing && a.timedOut == "" && a.live != 0 {
+	if a.phase == phaseFinishing && a.timedOut == "" && a.live != a.stuck {
 		return fmt.Errorf("final save with %d records in flight", a.live)
 	}
 	return a.ledger.check()

@@ -3,6 +3,7 @@ package delivery
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -122,6 +123,11 @@ type propRun struct {
 	done       bool
 	fatal      error
 	resolvedTx map[int]int // tx → rows resolved in the current instance set
+
+	// kafka.on_permanent_error: stop (alo_stop_prop_test.go)
+	stop      bool
+	halted    bool                // the core logged its halt
+	permFails map[[2]int]bool     // records the core knows are refused for good (tx, row): Kafka's, the transform's
 }
 
 func posIndex(p source.Position) int {
@@ -138,7 +144,22 @@ func (r *propRun) step(what string) {
 	rd := r.c.Ready()
 	if rd.Err != nil {
 		r.fatal = rd.Err
+		var pe *PermanentError
+		if errors.As(rd.Err, &pe) {
+			r.halted = true // a halt with nothing in flight fails at once: its log line is not handed out
+		}
 		return
+	}
+	if r.stop && r.halted && len(rd.Sends) > 0 {
+		r.fail("%s: %d sends after the halt (nothing new may go out)", what, len(rd.Sends))
+	}
+	for _, ev := range rd.Events {
+		if ev.Kind == EventDeadLetter && r.stop {
+			r.fail("%s: a dead-letter event under on_permanent_error: stop", what)
+		}
+		if ev.Kind == EventLog && ev.Level == slog.LevelError {
+			r.halted = true
+		}
 	}
 	for _, s := range rd.Sends {
 		in := r.sends[s.ID]
@@ -146,6 +167,9 @@ func (r *propRun) step(what string) {
 			in = r.instFor(s)
 		}
 		if s.Rec.Topic == "dlq" {
+			if r.stop {
+				r.fail("%s: a dead letter under on_permanent_error: stop", what)
+			}
 			if in.dlq {
 				r.fail("%s: a second dead letter for one record", what)
 			}
@@ -246,6 +270,14 @@ func (r *propRun) acceptNext() bool {
 		return false
 	}
 	before := r.c.Inflight()
+	if r.permFails != nil && !r.halted { // stop: the chunk's first refused row is routed (and halts)
+		for i := cut[0]; i < cut[1]; i++ {
+			if string(t.rows[i].Values[1].Bytes) == "bad" {
+				r.permFails[[2]int{r.nextTx, i}] = true
+				break
+			}
+		}
+	}
 	if err := r.c.Accept(r.now, &ch); err != nil {
 		r.fail("Accept: %v", err)
 	}
@@ -279,6 +311,9 @@ func (r *propRun) outcome() bool {
 		err = errPerm // → dead letter
 	case r.faulty && x < 16:
 		err = errTrans // fatal
+	}
+	if err == errPerm && !in.dlq && r.permFails != nil {
+		r.permFails[[2]int{in.tx, in.row}] = true
 	}
 	if err == nil {
 		in.resolved++
@@ -316,16 +351,32 @@ func (r *propRun) saveDone() bool {
 }
 
 func runProp(t *testing.T, seed uint64) (stored int, err error) {
+	r := newPropRun(t, seed, false)
+	return r.run()
+}
+
+func newPropRun(t *testing.T, seed uint64, stop bool) *propRun {
 	rng := rand.New(rand.NewPCG(seed, 13))
 	cfg := Config{Mode: AtLeastOnce, MaxInflight: 1 + rng.IntN(10), MaxInflightBytes: 64 + rng.IntN(900), MaxTxs: 1 + rng.IntN(6),
 		Route: testRoute, Classify: testClassify, DeadLetter: testDeadLetter, DLQTopic: "dlq"}
 	if rng.IntN(4) == 0 {
 		cfg.Breaker = Breaker{Max: 2, Window: 5}
 	}
+	if stop {
+		cfg.StopOnPermanent, cfg.StopTimeout = true, time.Duration(1+rng.IntN(20))*time.Second
+	}
 	r := &propRun{t: t, seed: seed, rng: rng, txs: genTxs(rng, 3+rng.IntN(12)), cfg: cfg, now: time.Unix(1e9, 0),
-		sends: map[ID]*instance{}, storedIdx: -1, confirmIdx: -1, resolvedTx: map[int]int{}}
+		sends: map[ID]*instance{}, storedIdx: -1, confirmIdx: -1, resolvedTx: map[int]int{}, stop: stop}
+	if stop {
+		r.permFails = map[[2]int]bool{}
+	}
+	return r
+}
+
+func (r *propRun) run() (stored int, err error) {
+	seed, rng := r.seed, r.rng
 	r.faulty = rng.IntN(3) == 0
-	r.c = New(cfg, "")
+	r.c = New(r.cfg, "")
 	r.c.Open()
 	r.step("open")
 	// The stop / source end lands at every step index across seeds.

@@ -101,6 +101,13 @@ type Config struct {
 	DLQTopic        string  // for messages
 	TransactionalID string  // EOS, for messages
 	Breaker         Breaker // kafka.dlq_max_rate; the zero value never trips
+
+	// StopOnPermanent (kafka.on_permanent_error: stop): a record that can never be delivered is
+	// not dead-lettered; the core halts (permanent.go): Ready.Err becomes a *PermanentError
+	// once what was in flight is resolved (or StopTimeout passed) and the resolved prefix, which
+	// ends before the record's transaction, is stored. DeadLetter and Breaker are then unused.
+	StopOnPermanent bool
+	StopTimeout     time.Duration // the halt's drain (default 30s; the runners pass shutdown_timeout)
 }
 
 // DefaultMaxInflight and DefaultMaxInflightBytes are the in-flight caps a zero Config field
@@ -137,6 +144,9 @@ func (c *Config) defaults() {
 	}
 	if c.TxnTimeout <= 0 {
 		c.TxnTimeout = 60 * time.Second
+	}
+	if c.StopTimeout <= 0 {
+		c.StopTimeout = 30 * time.Second
 	}
 	if c.RetryMin <= 0 {
 		c.RetryMin = 100 * time.Millisecond

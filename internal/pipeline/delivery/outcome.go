@@ -13,7 +13,7 @@ import (
 // producer's own retries) or a failed dead letter is fatal, and nothing is stored past it.
 func (a *alo) outcome(now time.Time, id ID, err error) {
 	f := id.f
-	if f == nil || f.state == flightDone {
+	if f == nil || f.state == flightDone || f.state == flightStuck {
 		a.c.fail(fmt.Errorf("delivery: outcome for a send that is not in flight (reported twice?)"))
 		return
 	}
@@ -31,12 +31,23 @@ func (a *alo) outcome(now time.Time, id ID, err error) {
 			a.c.cfg.DLQTopic, err, f.where.bound()))
 	default:
 		permanent, reason := a.c.cfg.Classify(err)
+		if !permanent && a.halted != nil {
+			// Halting anyway: this record stays unresolved (the stored prefix stops before it
+			// too) and the run ends with the halt's error.
+			a.stickAt(f)
+			a.halted.note(fmt.Sprintf("while stopping, a record for topic %s also failed (%v)", f.rec.Topic, err))
+			a.maybeFinish()
+			return
+		}
 		if !permanent {
 			a.c.fail(fmt.Errorf("record for topic %s failed with a transient error after the producer's retries (%w); stopping without storing past position %s",
 				f.rec.Topic, err, f.where.bound()))
 			return
 		}
 		a.deadLetter(now, f, "produce", reason, err)
+		if a.halted != nil {
+			a.maybeFinish()
+		}
 	}
 }
 
@@ -57,6 +68,10 @@ func (a *alo) resolve(f *flight) {
 // deadLetter sends f's dead letter in place of its record; f stays unresolved until that write
 // is acked. The breaker (kafka.dlq_max_rate) counts it first.
 func (a *alo) deadLetter(now time.Time, f *flight, stage, reason string, cause error) {
+	if a.c.cfg.StopOnPermanent {
+		a.halt(now, f, stage, reason, cause)
+		return
+	}
 	id := ""
 	if v, ok := f.row.Get("id"); ok {
 		id = string(v.Bytes)
