@@ -126,8 +126,8 @@ type propRun struct {
 
 	// kafka.on_permanent_error: stop (alo_stop_prop_test.go)
 	stop      bool
-	halted    bool                // the core logged its halt
-	permFails map[[2]int]bool     // records the core knows are refused for good (tx, row): Kafka's, the transform's
+	halted    bool            // the core logged its halt
+	permFails map[[2]int]bool // records the core knows are refused for good (tx, row): Kafka's, the transform's
 }
 
 func posIndex(p source.Position) int {
