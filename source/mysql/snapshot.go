@@ -193,6 +193,7 @@ type snapshot struct {
 	rows   int64              // rows handed out
 	err    error              // the failure, returned by every later Next
 	done   bool               // the closing chunk was handed out
+	logged time.Time          // the last progress log line
 	once   sync.Once
 	// complete is set by run before it closes ch when every table was read to its end: a
 	// channel closed without it (stopped) must never pass for the end of the snapshot.
@@ -240,7 +241,9 @@ func (s *Source) beginSnapshot(ctx context.Context, kind posKind) (*snapshot, po
 	}
 	o := s.info.origin()
 	p.serverID, p.serverUUID = o.serverID, o.serverUUID
-	sn := &snapshot{ch: make(chan snapChunk), cancel: cancel, at: at}
+	sn := &snapshot{ch: make(chan snapChunk), cancel: cancel, at: at, logged: at}
+	s.log.Info("snapshot taken: publishing the rows already in the outbox tables (source.mysql.snapshot: initial)",
+		"tables", len(tables), "position", p.String())
 	batch, maxBytes := s.cfg.ChunkRows, max(s.cfg.ChunkBytes, 0)
 	if batch <= 0 {
 		batch = source.ScanBatch // no row cap: the scan still reads in batches
@@ -309,6 +312,10 @@ func (s *Source) snapshotNext(ctx context.Context, sn *snapshot) (tx source.Tx, 
 			return source.Tx{Position: sn.final, CommitTime: sn.at}, true, nil
 		}
 		sn.rows += int64(len(c.rows))
+		if time.Since(sn.logged) >= 10*time.Second {
+			sn.logged = time.Now()
+			s.log.Info("snapshot in progress", "rows", sn.rows, "table", c.rows[0].Table, "since", time.Since(sn.at).Round(time.Second).String())
+		}
 		tx := source.Tx{Rows: c.rows, More: true, CommitTime: sn.at}
 		tx.Bytes = source.ChunkBytes(&tx)
 		return tx, true, nil
