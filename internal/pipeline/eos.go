@@ -247,7 +247,9 @@ func RunExactlyOnce(ctx context.Context, o EOSOptions) error {
 	} else {
 		r.log.Info("resuming from the committed position", "position", string(committed), "transactional_id", o.TransactionalID)
 	}
-	r.core = delivery.New(r.coreConfig(), committed)
+	cfg := r.coreConfig()
+	cfg.StopOnPermanent, cfg.StopTimeout = o.StopOnPermanent, o.ShutdownTimeout
+	r.core = delivery.New(cfg, committed)
 	return runSessions(ctx, r.o.NewSource, r.o.OnOpen, r.log, func(src source.Source) { r.src = src },
 		r.core.Stored, r.stream, "what was read is committed")
 }

@@ -200,7 +200,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	r.core = delivery.New(delivery.Config{Mode: delivery.AtLeastOnce, MaxInflight: o.MaxInflight, MaxInflightBytes: o.MaxInflightBytes,
 		MaxTxs: o.MaxTxs, Route: o.Route, Classify: o.Classify, DeadLetter: deadLetterFunc(o.DLQTopic, o.MaxRecordBytes),
-		DLQTopic: o.DLQTopic, Breaker: o.DLQBreaker}, stored)
+		DLQTopic: o.DLQTopic, Breaker: o.DLQBreaker, StopOnPermanent: o.StopOnPermanent, StopTimeout: o.ShutdownTimeout}, stored)
 	return runSessions(ctx, o.NewSource, o.OnOpen, r.log, func(src source.Source) { r.src = src },
 		r.core.Stored, r.stream, "in-flight records drained and stored")
 }
