@@ -21,9 +21,13 @@
 //	               LargeTxRows rows (~300 B payloads), and LargeTxBig rows of ~1 MB payloads, on
 //	               PostgreSQL and MariaDB, at_least_once and exactly_once (8 figures, MiB); not
 //	               part of -short (memory_large.go)
+//	republish-pg   `outboxd republish` (in process) over a 1M-row PostgreSQL outbox table (~300 B
+//	               jsonb payloads; -short: N rows), and the same as --dry-run (republish.go)
 //	vs-debezium-pg       outboxd beside Debezium (Kafka Connect, Outbox Event Router) on PostgreSQL
 //	vs-debezium-mariadb  the same on MariaDB (Debezium's MariaDB connector); both on Apache Kafka,
 //	                     not part of -short (debezium.go)
+//	cleanup-pg     the outbox table's size after CleanupDuration of steady load, outbox.cleanup on
+//	               and off side by side (cleanup.go)
 //
 // Sources are behind the Backend interface (backend.go): the drain scenario is written against
 // it (PostgreSQL: postgres.go, MariaDB: mariadb.go).
@@ -73,6 +77,8 @@ type Options struct {
 	LargeTxTimeout   time.Duration // memory-large-tx: give up on a case after this long (default 10m)
 	OutboxdEnv       []string      // memory-large-tx: extra KEY=VALUE environment of the outboxd process (experiments: GOMEMLIMIT, GOGC)
 	KafkaExtra       []string      // extra "key: value" lines for the outboxd config's kafka section (experiments)
+	CleanupDuration  time.Duration // cleanup-pg: length of the steady load (default 10m)
+	CleanupRate      int           // cleanup-pg: inserts/s of the steady load (default 500)
 	OffsetsDir       string        // where outboxd's offsets files go ("" = os.TempDir(); e.g. /dev/shm to take fsync out)
 	Out              io.Writer     // the report (Markdown); progress goes to Log
 	Log              *slog.Logger  // bench progress
@@ -81,7 +87,7 @@ type Options struct {
 
 // Scenarios lists every scenario name in run order.
 var Scenarios = []string{"drain-pg-1", "drain-pg-1000", "latency-pg", "memory-pg", "poll-pg", "drain-mariadb",
-	"memory-large-tx", "vs-debezium-pg", "vs-debezium-mariadb"}
+	"memory-large-tx", "republish-pg", "vs-debezium-pg", "vs-debezium-mariadb"}
 
 func (o *Options) defaults() {
 	if o.N <= 0 {
@@ -279,8 +285,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	run("poll-pg", pollPG)
 	run("drain-mariadb", drainMariaDB)
 	run("memory-large-tx", memoryLargeTx)
+	run("republish-pg", republishPG)
 	run("vs-debezium-pg", vsDebeziumPG)
 	run("vs-debezium-mariadb", vsDebeziumMariaDB)
+	run(cleanupScenario, cleanupPG)
 	rep.Duration = time.Since(rep.Started).Round(time.Millisecond).String()
 	rep.Machine = e.machine // scenarios add the servers they started (MariaDB)
 	rep.Machine.LoadEnd = loadAvg()
