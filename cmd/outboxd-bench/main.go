@@ -56,6 +56,8 @@ func main() {
 	var kafkaExtra, outboxdEnv multiFlag
 	flag.Var(&outboxdEnv, "outboxd-env", "memory-large-tx: extra `KEY=VALUE` in the outboxd process's environment, e.g. -outboxd-env GOMEMLIMIT=48MiB (repeatable)")
 	flag.Var(&kafkaExtra, "kafka", "extra `key: value` line for the outboxd config's kafka section, e.g. -kafka 'max_inflight: 50000' (repeatable)")
+	flag.DurationVar(&o.CleanupDuration, "cleanup-duration", 0, "cleanup-pg: length of the steady load (default 10m)")
+	flag.IntVar(&o.CleanupRate, "cleanup-rate", 0, "cleanup-pg: inserts/s of the steady load (default 500)")
 	flag.StringVar(&o.OffsetsDir, "offsets-dir", "", "directory for outboxd's offsets files (default the temp dir; /dev/shm takes fsync cost out)")
 	flag.BoolVar(&verbose, "v", false, "outboxd's own info logs")
 	flag.Parse()
