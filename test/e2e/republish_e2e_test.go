@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"syscall"
@@ -191,6 +192,19 @@ func TestRepublishPostgres(t *testing.T) {
 	}
 	if got := testenv.ConsumeAll(t, e.broker.Addr(), `outbox\.event\..*`); len(got) != len(before) {
 		t.Fatalf("a refused republish produced %d records", len(got)-len(before))
+	}
+
+	// On a terminal (script(1) gives the command a pty) the progress is a bar redrawn in place.
+	scriptBin, err := exec.LookPath("script")
+	if err != nil {
+		t.Skipf("script(1) (util-linux) is not installed: the terminal progress bar is not checked: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tty, err := exec.CommandContext(ctx, scriptBin, "-q", "-e", "-c", binPath+" republish --dry-run -c "+e.cfgPath, "/dev/null").CombinedOutput()
+	if err != nil || !strings.Contains(string(tty), "\r[##############################] 11/11 rows (100.0%)") || !strings.Contains(string(tty), "\x1b[K") ||
+		strings.Contains(string(tty), "republish: 11/11 rows") {
+		t.Fatalf("republish on a terminal (%v): want the bar, not progress lines:\n%q", err, tty)
 	}
 }
 
