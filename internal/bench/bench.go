@@ -87,7 +87,7 @@ type Options struct {
 
 // Scenarios lists every scenario name in run order.
 var Scenarios = []string{"drain-pg-1", "drain-pg-1000", "latency-pg", "memory-pg", "poll-pg", "drain-mariadb",
-	"memory-large-tx", "republish-pg", "vs-debezium-pg", "vs-debezium-mariadb"}
+	"memory-large-tx", "republish-pg", "vs-debezium-pg", "vs-debezium-mariadb", cleanupScenario}
 
 func (o *Options) defaults() {
 	if o.N <= 0 {
