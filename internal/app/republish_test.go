@@ -58,6 +58,7 @@ func (f *fakeScanner) CountOutbox(_ context.Context, q source.ScanQuery) (int64,
 type fakeProducer struct {
 	mu        sync.Mutex
 	recs      []sink.Record
+	onProduce func(n int) // called with the records produced so far (the test's stop)
 	failTopic string
 	dones     chan func()
 	wg        sync.WaitGroup
@@ -77,7 +78,11 @@ func newFakeProducer() *fakeProducer {
 func (p *fakeProducer) Produce(_ context.Context, rec *sink.Record, done func(error)) error {
 	p.mu.Lock()
 	p.recs = append(p.recs, *rec)
+	n := len(p.recs)
 	p.mu.Unlock()
+	if p.onProduce != nil {
+		p.onProduce(n)
+	}
 	var err error
 	if rec.Topic == p.failTopic {
 		err = sarama.ErrMessageSizeTooLarge
@@ -322,5 +327,31 @@ func TestScanSourceChunks(t *testing.T) {
 	}
 	if err := s.Open(t.Context(), "republish:3"); !errors.Is(err, source.ErrPositionLost) {
 		t.Fatalf("second Open: %v, want a refusal", err)
+	}
+}
+
+// TestRepublishInterrupted: a stop (the signal's context) drains what is in flight and ends the
+// republish with an error saying how far it got (exit 1), never as a success.
+func TestRepublishInterrupted(t *testing.T) {
+	c := republishConfig(t, "")
+	sc := &fakeScanner{rows: map[string][]source.Row{}}
+	for i := range 5000 {
+		sc.rows["public.outbox"] = append(sc.rows["public.outbox"], outboxRow("public.outbox", fmt.Sprint(i), "order", "k"))
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	p := newFakeProducer()
+	p.onProduce = func(n int) {
+		if n == 1500 {
+			cancel()
+		}
+	}
+	qs, _ := RepublishOptions{Table: "public.outbox"}.queries(c)
+	sum, err := republish(ctx, c, qs, false, testDeps(t, c, sc, p), &progressReporter{w: io.Discard})
+	if err == nil || !strings.Contains(err.Error(), "interrupted: ") || !strings.Contains(err.Error(), "of 5000 rows done") {
+		t.Fatalf("err = %v, want the interruption", err)
+	}
+	if sum == nil || sum.Delivered != int64(len(p.recs)) || sum.Delivered >= 5000 {
+		t.Fatalf("summary %+v with %d produced: every produced record acked before the stop's end, not all rows", sum, len(p.recs))
 	}
 }
