@@ -64,7 +64,7 @@ func scanAll(t *testing.T, a *Adapter, q source.ScanQuery) ([]source.Row, []int)
 // TestScanMatchesStream is the scan's correctness test: on a real MariaDB, every column type of
 // the stream's type tests (colTypes, typesDDL) and the edge values of scanEdgeDDL scan to
 // exactly the Columns, Types and Values the binlog stream delivers for the same rows, whatever
-// the writer's time zone.
+// the writer's time zone; generated (VIRTUAL, PERSISTENT) and INVISIBLE columns included.
 func TestScanMatchesStream(t *testing.T) {
 	t.Parallel()
 	m := testenv.NewMariaDB(t, testenv.MariaDBOptions{RowMetadata: true})
@@ -76,7 +76,8 @@ func TestScanMatchesStream(t *testing.T) {
 	mustExec(t, c, `CREATE TABLE coltypes (`+strings.Join(defs, ", ")+`) DEFAULT CHARSET=utf8mb4`)
 	mustExec(t, c, typesDDL)
 	mustExec(t, c, scanEdgeDDL)
-	tables := []string{"app.coltypes", "app.types", "app.edge"}
+	mustExec(t, c, "CREATE TABLE gen (id INT NOT NULL PRIMARY KEY, a INT, v INT AS (a * 2) VIRTUAL, p VARCHAR(10) AS (CONCAT('p', a)) PERSISTENT, z INT INVISIBLE DEFAULT 7)")
+	tables := []string{"app.coltypes", "app.types", "app.edge", "app.gen"}
 	s := open(t, m, "", nil, tables...)
 	mustExec(t, c, "SET time_zone = '+02:00'")
 	mustExec(t, c, `INSERT INTO coltypes VALUES (`+strings.Join(lits, ", ")+`)`)
@@ -92,8 +93,9 @@ func TestScanMatchesStream(t *testing.T) {
 	for _, r := range scanEdgeRows {
 		mustExec(t, c, "INSERT INTO edge VALUES "+r)
 	}
+	mustExec(t, c, "INSERT INTO gen (id, a) VALUES (1, 20), (2, NULL)")
 	streamed := map[string][]source.Row{}
-	for n := 0; n < 6; {
+	for n := 0; n < 8; {
 		tx := nextRows(t, s)
 		for _, r := range tx.Rows {
 			streamed[r.Table] = append(streamed[r.Table], r)
