@@ -11,12 +11,13 @@ package postgres
 // connection (sessionParams, setup.go: TimeZone UTC, DateStyle ISO, bytea_output hex), so the
 // text is the same byte for byte; bytea is then decoded to raw bytes by the decoder's
 // appendBytea, and each column's source.Type comes from columnType and columnDefault on the
-// same catalog facts the stream's Relation message and loadRelations give. Known differences
-// from the stream, all rare: a publication column list or row filter (PostgreSQL 15+) is not
-// applied (the scan reads every column and row of the table); an inheritance child's rows come
-// with the parent's columns (the stream sends the child's own Relation); a partition published
-// without publish_via_partition_root (outboxd's own publication sets it) has the root's column
-// order and NOT NULL flags here, the leaf's on the stream.
+// same catalog facts the stream's Relation message and loadRelations give. The scan reads every
+// column and row of the table, as the stream does: the source refuses a publication with a row
+// filter or a column list that leaves a column out (coverage.go). Known differences from the
+// stream, both rare: an inheritance child's rows come with the parent's columns (the stream sends
+// the child's own Relation); a partition published without publish_via_partition_root
+// (outboxd's own publication sets it) has the root's column order and NOT NULL flags here, the
+// leaf's on the stream.
 //
 // Order. With ScanQuery.OrderBy (outbox.order_column) rows come by that column ascending, ties
 // in heap order (ORDER BY col, ctid; an index on col makes it cheap: an incremental sort of the
