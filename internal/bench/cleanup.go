@@ -1,6 +1,7 @@
 package bench
 
-// cleanup-pg: the outbox table's size after CleanupDuration (default 10 minutes) of steady
+// cleanup-pg: the outbox table's size after CleanupDuration (default 10 minutes, 10 s with
+// -short) of steady
 // single-row inserts at CleanupRate rows/s, with outbox.cleanup on and off, side by side: one
 // private PostgreSQL (autovacuum on, its defaults: the bench's shared server has it off), two
 // databases, two outboxd processes (`outboxd run`), both loaded at the same time. After the load
@@ -40,6 +41,9 @@ func cleanupPG(ctx context.Context, e *env) ([]Result, error) {
 	dur, rate := o.CleanupDuration, o.CleanupRate
 	if dur <= 0 {
 		dur = 10 * time.Minute
+		if o.Short {
+			dur = 10 * time.Second
+		}
 	}
 	if rate <= 0 {
 		rate = 500
