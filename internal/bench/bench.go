@@ -9,6 +9,7 @@
 //	               pglogrepl reader and outboxd, each on its own slot at the same LSN, Rounds
 //	               rounds with the order rotating
 //	drain-pg-1000  the same with 1000-row transactions
+//	drain-pg-messages  drain-pg-1's workload as pg_logical_emit_message events (messages.go)
 //	latency-pg     steady inserts (Rate/s for LatencyDuration), commit → consumed percentiles
 //	memory-pg      peak RSS of an outboxd process draining min(10*N, 1M) rows, and 10 MB payloads
 //	poll-pg        baseline: a polling worker (SELECT ... FOR UPDATE SKIP LOCKED, produce, mark sent)
@@ -86,7 +87,7 @@ type Options struct {
 }
 
 // Scenarios lists every scenario name in run order.
-var Scenarios = []string{"drain-pg-1", "drain-pg-1000", "latency-pg", "memory-pg", "poll-pg", "drain-mariadb",
+var Scenarios = []string{"drain-pg-1", "drain-pg-1000", "drain-pg-messages", "latency-pg", "memory-pg", "poll-pg", "drain-mariadb",
 	"memory-large-tx", "republish-pg", "vs-debezium-pg", "vs-debezium-mariadb", cleanupScenario}
 
 func (o *Options) defaults() {
@@ -280,6 +281,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	run("drain-pg-1000", func(ctx context.Context, e *env) ([]Result, error) {
 		return drain(ctx, e, pg, "drain-pg-1000", 1000)
 	})
+	run("drain-pg-messages", drainPGMessages) // messages.go
 	run("latency-pg", latencyPG)
 	run("memory-pg", memoryPG)
 	run("poll-pg", pollPG)
