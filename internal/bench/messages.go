@@ -49,7 +49,9 @@ type pgMessagesBackend struct {
 	emitErr  error
 }
 
-func (p *pgMessagesBackend) Name() string         { return "PostgreSQL (tableless outbox: pg_logical_emit_message)" }
+func (p *pgMessagesBackend) Name() string {
+	return "PostgreSQL (tableless outbox: pg_logical_emit_message)"
+}
 func (p *pgMessagesBackend) References() []string { return []string{"pg_recvlogical (messages=true)"} }
 
 // RatioTarget: no target for the message workload.
