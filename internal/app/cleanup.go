@@ -126,6 +126,7 @@ func (r *cleanupRun) loop(ctx context.Context, cl cleaner, tables []string, cc c
 		if ctx.Err() != nil {
 			return
 		}
+		m.CleanupCycle()
 		if err != nil {
 			m.CleanupFailed()
 			log.Warn("cleanup cycle failed; retried next cycle (delivery is not affected)", "err", err, "next_in", cc.Interval)

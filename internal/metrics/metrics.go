@@ -33,6 +33,7 @@ type Metrics struct {
 	// outbox.cleanup (internal/app/cleanup.go)
 	cleanDeleted *prometheus.CounterVec
 	cleanFailed  prometheus.Counter
+	cleanCycles  prometheus.Counter
 	cleanDropped prometheus.Counter
 	outboxRows   *prometheus.GaugeVec
 	standby      atomic.Bool
@@ -66,12 +67,14 @@ func New() *Metrics {
 			Help: "outbox.cleanup: delivered outbox rows deleted, by table."}, []string{"table"}),
 		cleanFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "outboxd_cleanup_failed_cycles_total",
 			Help: "outbox.cleanup: cleanup cycles in which a DELETE or the row estimate failed (retried next cycle; delivery goes on)."}),
+		cleanCycles: prometheus.NewCounter(prometheus.CounterOpts{Name: "outboxd_cleanup_cycles_total",
+			Help: "outbox.cleanup: cleanup cycles run (every outbox.cleanup.interval), failed ones included."}),
 		cleanDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "outboxd_cleanup_dropped_ids_total",
 			Help: "outbox.cleanup: ids of delivered rows dropped from memory by the tracker's cap (internal/cleanup.DefaultMaxIDs): those rows stay in the table."}),
 		outboxRows: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "outboxd_outbox_table_rows",
 			Help: "outbox.cleanup: the server's estimate of the outbox table's row count (PostgreSQL pg_class.reltuples, MySQL information_schema.TABLES.TABLE_ROWS), each cycle."}, []string{"table"}),
 	}
-	r.MustRegister(m.cleanDeleted, m.cleanFailed, m.cleanDropped, m.outboxRows)
+	r.MustRegister(m.cleanDeleted, m.cleanFailed, m.cleanCycles, m.cleanDropped, m.outboxRows)
 	r.MustRegister(m.standbyG, m.slotStatus, m.slotRetained)
 	r.MustRegister(m.eventsRead, m.produced, m.dlq, m.commitToAck, m.lagBytes, m.inflight, m.up,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -82,6 +85,9 @@ func New() *Metrics {
 func (m *Metrics) CleanupDeleted(table string, n int64) {
 	m.cleanDeleted.WithLabelValues(table).Add(float64(n))
 }
+
+// CleanupCycle counts a cleanup cycle run.
+func (m *Metrics) CleanupCycle() { m.cleanCycles.Inc() }
 
 // CleanupFailed counts a cleanup cycle that failed.
 func (m *Metrics) CleanupFailed() { m.cleanFailed.Inc() }
