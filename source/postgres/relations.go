@@ -295,6 +295,9 @@ func (s *Source) foreignMessage(m pgMessage) {
 	s.rel.foreignMessages.Add(1)
 	ours := strings.HasPrefix(m.prefix, "outboxd")
 	switch {
+	case m.transactional && m.prefix == DefaultMessagePrefix:
+		s.log.Warn("a transactional logical decoding message with the tableless outbox's default prefix arrived, but source.postgres.messages is not set (or has another prefix): it is NOT published; set source.postgres.messages to publish such events",
+			"prefix", m.prefix, "lsn", m.lsn, "bytes", len(m.content))
 	case ours && m.transactional:
 		s.log.Warn("a transactional logical decoding message with outboxd's prefix: outboxd's heartbeats are never transactional, so this one is not outboxd's; ignored (it is not outbox data)",
 			"prefix", m.prefix, "lsn", m.lsn, "bytes", len(m.content))
