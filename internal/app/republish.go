@@ -22,6 +22,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/config"
 	"github.com/outboxd/outboxd/internal/pipeline"
+	"github.com/outboxd/outboxd/internal/pipeline/delivery"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/sink/kafka"
 	"github.com/outboxd/outboxd/source"
@@ -102,6 +103,7 @@ func (o RepublishOptions) queries(c *config.Config) ([]source.ScanQuery, error) 
 // RepublishSummary is what a republish did (or, dry run, would do).
 type RepublishSummary struct {
 	DryRun   bool
+	Failed   bool // the republish ended with an error: the counts say how far it got
 	Tables   []string
 	Selected int64 // the rows the counts selected
 	Read     int64 // the rows the scan returned (more than Selected when rows came in between)
@@ -161,6 +163,7 @@ func Republish(ctx context.Context, c *config.Config, o RepublishOptions, stdout
 		}}
 	sum, err := republish(ctx, c, qs, o.DryRun, d, rep)
 	if sum != nil {
+		sum.Failed = err != nil
 		sum.write(stdout)
 	}
 	return scrubbed(err, secrets)
@@ -252,15 +255,36 @@ func deliver(ctx context.Context, c *config.Config, src *scanSource, d republish
 		return err
 	}
 	m := &republishMetrics{sum: sum, done: done}
-	err = pipeline.Run(ctx, pipeline.Options{
+	err = permanentStop(pipeline.Run(ctx, pipeline.Options{
 		NewSource: func() source.Source { return src }, // opened once: a second Open fails (scanSource)
 		Producer:  prod, Route: d.route, Classify: kafka.Classify, Store: &memoryStore{},
 		DLQTopic: c.Kafka.DLQTopic, DLQBreaker: pipeline.Breaker{Max: rate.Max, Window: rate.Window},
 		StopOnPermanent: c.Kafka.OnPermanentError == "stop",
 		MaxInflight:     c.Kafka.MaxInflight, MaxRecordBytes: c.Kafka.MaxRecordBytes,
 		CommitInterval: 100 * time.Millisecond, ShutdownTimeout: c.ShutdownTimeout, Log: d.log, Metrics: m,
-	})
+	}))
 	return err
+}
+
+// permanentStop rewords the pipeline's kafka.on_permanent_error: stop error for a republish:
+// the run's fix (a restart, `offsets set`) does not apply; running the republish again does.
+func permanentStop(err error) error {
+	var pe *delivery.PermanentError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	id := ""
+	if pe.RowID != "" {
+		id = " event id " + pe.RowID
+	}
+	topic := ""
+	if pe.Topic != "" {
+		topic = " for topic " + pe.Topic
+	}
+	return fmt.Errorf("kafka.on_permanent_error: stop: a row of %s%s cannot be delivered%s (%s stage, reason %s): %w. It was not dead-lettered; "+
+		"later rows already handed to Kafka may have been delivered. To get past it: fix the cause and run outboxd republish "+
+		"again (narrowed with --since or --where to what is left), or set kafka.on_permanent_error: dlq to dead-letter it and go on",
+		pe.Table, id, topic, pe.Stage, pe.Reason, pe.Cause)
 }
 
 // dryRun routes every row of the scan, counting topics, keys and what would be dead-lettered.

@@ -21,6 +21,11 @@ func (s *RepublishSummary) write(w io.Writer) {
 	case s.Selected == 0 && s.Read == 0:
 		fmt.Fprintf(w, "nothing to republish: no row of %s is selected\n", tables)
 		return
+	case s.Failed && s.DryRun:
+		fmt.Fprintf(w, "dry run stopped: %d rows of %s read (%d selected), nothing produced\n", s.Read, tables, s.Selected)
+	case s.Failed:
+		fmt.Fprintf(w, "republish stopped: %d rows of %s read (%d selected): %d delivered, %d dead-lettered to %s%s\n",
+			s.Read, tables, s.Selected, s.Delivered, s.DeadLettered, s.DLQTopic, s.reasons("see outboxd dlq tail"))
 	case s.DryRun:
 		fmt.Fprintf(w, "dry run: %d rows of %s (%d selected), nothing produced: %d would be delivered, %d dead-lettered%s\n",
 			s.Read, tables, s.Selected, s.Delivered, s.DeadLettered, s.reasons(""))

@@ -355,3 +355,32 @@ func TestRepublishInterrupted(t *testing.T) {
 		t.Fatalf("summary %+v with %d produced: every produced record acked before the stop's end, not all rows", sum, len(p.recs))
 	}
 }
+
+// TestRepublishStopOnPermanent: with kafka.on_permanent_error: stop the first row that cannot be
+// delivered ends the republish with exit 1's error naming it and the republish's own fix (no
+// `offsets set`), and it is not dead-lettered.
+func TestRepublishStopOnPermanent(t *testing.T) {
+	c := republishConfig(t, "")
+	c.Kafka.OnPermanentError = "stop"
+	sc := &fakeScanner{rows: map[string][]source.Row{"public.outbox": {
+		outboxRow("public.outbox", "a", "order", "k"), outboxRow("public.outbox", "poison", "", "k"), outboxRow("public.outbox", "c", "order", "k"),
+	}}}
+	p := newFakeProducer()
+	qs, _ := RepublishOptions{}.queries(c)
+	sum, err := republish(t.Context(), c, qs, false, testDeps(t, c, sc, p), &progressReporter{w: io.Discard})
+	if err == nil || !strings.Contains(err.Error(), "kafka.on_permanent_error: stop: a row of public.outbox event id poison cannot be delivered (transform stage, reason missing_column)") ||
+		!strings.Contains(err.Error(), "run outboxd republish again") || strings.Contains(err.Error(), "offsets set") {
+		t.Fatalf("err = %v", err)
+	}
+	for _, r := range p.recs {
+		if r.Topic == "outboxd.dlq" {
+			t.Fatalf("dead-lettered under on_permanent_error: stop")
+		}
+	}
+	sum.Failed = true
+	var out strings.Builder
+	sum.write(&out)
+	if !strings.HasPrefix(out.String(), "republish stopped: 3 rows of public.outbox, public.outbox2 read (3 selected): ") {
+		t.Fatalf("summary %q", out.String())
+	}
+}
