@@ -194,6 +194,19 @@ func TestRepublishPostgres(t *testing.T) {
 		t.Fatalf("a refused republish produced %d records", len(got)-len(before))
 	}
 
+	// kafka.on_permanent_error: stop: the poison row ends the republish (exit 1) naming it, and it
+	// is not dead-lettered.
+	e.editConfig("kafka:\n", "kafka:\n  on_permanent_error: stop\n")
+	stdout, stderr, code = republishRun(t, e.cfgPath)
+	if code != 1 || !strings.Contains(stderr, "kafka.on_permanent_error: stop: a row of public.outbox event id "+poison+" cannot be delivered (transform stage, reason missing_column)") ||
+		!strings.HasPrefix(stdout, "republish stopped: ") {
+		t.Fatalf("republish with on_permanent_error stop: exit %d, want 1 naming %s\nstdout:\n%s\nstderr:\n%s", code, poison, stdout, stderr)
+	}
+	if got := testenv.ConsumeAll(t, e.broker.Addr(), `outboxd\.dlq`); len(got) != 2 {
+		t.Fatalf("%d dead letters after the stop, want the 2 from before", len(got))
+	}
+	e.editConfig("kafka:\n  on_permanent_error: stop\n", "kafka:\n")
+
 	// On a terminal (script(1) gives the command a pty) the progress is a bar redrawn in place.
 	scriptBin, err := exec.LookPath("script")
 	if err != nil {
