@@ -59,7 +59,8 @@ func TestTablelessOutbox(t *testing.T) {
 	e := newEnv(t, messagesYAML)
 	e.enableMessages()
 	out, err := exec.Command(binPath, "check", "-c", e.cfgPath).CombinedOutput()
-	if !strings.Contains(string(out), "OK   messages outboxd.event") {
+	if !strings.Contains(string(out), "OK   messages outboxd.event") ||
+		!strings.Contains(string(out), "OK   outbox messages outboxd.event (JSON object members id, aggregateid, payload, aggregatetype, type;") {
 		t.Errorf("outboxd check (%v) has no OK messages line:\n%s", err, out)
 	}
 	p := e.start()
