@@ -27,8 +27,11 @@ type item struct {
 	rec        sink.Record
 	commitTime time.Time
 	where      Where
-	bytes      int  // source.RowBytes: the in-flight charge
-	snd        sent // its send in the current attempt (one per attempt: the record or its dead letter)
+	bytes      int             // source.RowBytes: the in-flight charge
+	snd        sent            // its send in the current attempt (one per attempt: the record or its dead letter)
+	txStart    int             // the ordinal of its source transaction's first row in the batch
+	txIdx      int             // its source transaction's index in the batch (whole ones before it)
+	prev       source.Position // the end of the source transaction before its one (on_permanent_error: stop)
 }
 
 // finding is what an attempt learnt about one record; it survives redos.
@@ -161,15 +164,21 @@ func (e *eosCore) add(now time.Time, ch *source.Tx) {
 	if len(ch.Rows) > 0 && b.firstRec.IsZero() {
 		b.firstRec = now
 	}
+	if !e.inTx { // ch begins a source transaction
+		e.txStart, e.txPrev = b.n, e.after
+	}
 	items := make([]item, len(ch.Rows))
 	for i := range ch.Rows {
 		it := &items[i]
 		it.ord, it.row, it.commitTime, it.where = b.n, &ch.Rows[i], ch.CommitTime, where
 		it.bytes = source.RowBytes(it.row)
+		it.txStart, it.prev, it.txIdx = e.txStart, e.txPrev, b.txs
 		b.n++
 		rec, err := e.cfg.Route(it.row, it.commitTime)
 		it.rec = rec
-		if err != nil {
+		if err != nil && e.cfg.StopOnPermanent {
+			e.halt(now, it, "transform", eosReason(err), err)
+		} else if err != nil {
 			if f := b.find(it.ord); !f.dead {
 				f.dead, f.stage, f.reason, f.cause = true, "transform", eosReason(err), err
 			}
@@ -250,6 +259,11 @@ func (e *eosCore) pump(now time.Time) {
 		}
 		e.waitUntil = time.Time{}
 	}
+	if e.halted != nil && !now.Before(e.deadline) && (e.b != nil || e.needProd) {
+		e.halted.note("the stop deadline passed before the transactions before it were committed")
+		e.failHalt()
+		return
+	}
 	if e.closing && !now.Before(e.deadline) && (e.b != nil || e.needProd) {
 		c.fail(e.shutdownErr("the stop deadline passed"))
 		return
@@ -290,6 +304,8 @@ func (e *eosCore) pump(now time.Time) {
 		switch {
 		case b.fatalErr != nil:
 			e.then, e.pendingErr = abortFail, b.fatalErr
+		case e.halted != nil && e.haltCut != e.haltTx:
+			e.then = abortHalt
 		case b.drop:
 			e.then = abortDrop
 		case b.newFind:
@@ -316,8 +332,9 @@ func (e *eosCore) pump(now time.Time) {
 		e.phase, c.rd.Flush = phFlush, true
 		return
 	}
-	// Every send acked: the DLQ breaker sees the batch's records in order before the commit.
-	if err := e.tripped(b); err != nil {
+	// Every send acked: the DLQ breaker sees the batch's records in order before the commit
+	// (under on_permanent_error: stop nothing is dead-lettered: it has nothing to count).
+	if err := e.tripped(b); err != nil && !e.cfg.StopOnPermanent {
 		b.fatalErr, b.failed = err, true
 		e.pump(now)
 		return
@@ -334,6 +351,8 @@ func (e *eosCore) afterFailure(now time.Time) {
 	switch {
 	case b.fatalErr != nil:
 		e.core.fail(b.fatalErr)
+	case e.halted != nil && e.haltCut != e.haltTx:
+		e.afterHalt(now)
 	case b.drop:
 		e.b = nil
 		e.pump(now)

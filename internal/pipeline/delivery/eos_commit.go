@@ -81,6 +81,10 @@ func (e *eosCore) nextBatch(now time.Time) {
 		e.pump(now)
 		return
 	}
+	if e.halted != nil && e.redo == nil { // (a redo: the transactions before it are still to be re-read)
+		e.failHalt() // what preceded the bad record's transaction is committed
+		return
+	}
 	if e.closing {
 		e.core.rd.Done = true
 	}

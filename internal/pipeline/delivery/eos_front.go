@@ -62,6 +62,7 @@ const (
 	abortTransient                   // back off, then produce again
 	abortFail                        // fail with e.pendingErr
 	abortDrop                        // stop/source end inside an open transaction: drop the batch
+	abortHalt                        // on_permanent_error: stop: commit what precedes the bad record's transaction, then fail (eos_stop.go)
 )
 
 // eosCore is the exactly_once state: the batch of source transactions in its Kafka
@@ -99,6 +100,17 @@ type eosCore struct {
 
 	// redo of a spilled batch, carried across the reopen
 	redo *redoInfo
+
+	// on_permanent_error: stop (eos_stop.go)
+	txStart     int             // the open source transaction's first ordinal in the batch
+	txPrev      source.Position // the end of the transaction before it
+	halted      *PermanentError // the earliest record halted on in this batch (nil: none)
+	haltOrd     int
+	haltTx      int             // its transaction's first ordinal: what precedes it is committed
+	haltTxs     int             // the whole transactions of the batch before its one
+	haltPrev    source.Position // the end of the transaction before its one
+	haltStopped bool            // a Stop or SourceEnded came during the halt
+	haltCut     int             // the haltTx the batch was cut at (-1: not cut): a later failure of the cut batch is retried as usual
 }
 
 type redoInfo struct {
@@ -110,7 +122,7 @@ type redoInfo struct {
 }
 
 func newEOS(c *Core, stored source.Position) *eosCore {
-	return &eosCore{core: c, cfg: &c.cfg, committed: stored, confirmed: stored, sends: map[uint64]*sent{},
+	return &eosCore{core: c, cfg: &c.cfg, committed: stored, confirmed: stored, sends: map[uint64]*sent{}, haltCut: -1,
 		breaker: c.cfg.Breaker.Clone()}
 }
 
@@ -211,7 +223,7 @@ func (e *eosCore) refused(now time.Time, id ID, err error) {
 		b.posSent = false
 	}
 	b.queue, b.qi = append(back, b.queue[b.qi:]...), 0
-	e.refusal(s, err)
+	e.refusal(now, s, err)
 }
 
 func (e *eosCore) producerReady(now time.Time, err error) {
@@ -272,6 +284,8 @@ func (e *eosCore) aborted(now time.Time, err error) {
 	case abortDrop:
 		e.b = nil
 		e.pump(now)
+	case abortHalt:
+		e.afterHalt(now)
 	case abortRedo:
 		e.restart(now, false)
 	case abortTransient:
@@ -347,6 +361,11 @@ func (e *eosCore) sourceEnded(now, deadline time.Time) {
 }
 
 func (e *eosCore) end(now, deadline time.Time) {
+	if e.halted != nil && !e.haltStopped {
+		e.haltStopped = true
+		e.halted.note("a stop or a source failure came while stopping: the source transactions between the stored position and it may not all be committed " +
+			"(they are delivered after the restart; `outboxd offsets set` past it would skip them too)")
+	}
 	if !e.closing || deadline.Before(e.deadline) {
 		e.deadline = deadline
 	}
@@ -375,7 +394,7 @@ func (e *eosCore) wakeAt() time.Time {
 	if !e.waitUntil.IsZero() {
 		return e.waitUntil // tick (pump) does nothing before it: an earlier wake would spin the loop
 	}
-	if e.closing {
+	if e.closing || e.halted != nil {
 		min(e.deadline)
 	}
 	if b := e.b; b != nil {

@@ -129,6 +129,8 @@ func (e *eosCore) resolve(now time.Time, s *sent, err error) {
 		} else if !f.dlqSuspect {
 			f.dlqSuspect, b.newFind = true, true
 		}
+	case s.alone && e.cfg.StopOnPermanent:
+		e.halt(now, s.it, "produce", reason, err)
 	case s.alone:
 		f := b.find(s.it.ord)
 		f.dead, f.stage, f.reason, f.cause, f.suspect = true, "produce", reason, err, false
@@ -141,7 +143,7 @@ func (e *eosCore) resolve(now time.Time, s *sent, err error) {
 }
 
 // refusal handles Produce refusing s synchronously (s is back at the head of the queue).
-func (e *eosCore) refusal(s *sent, err error) {
+func (e *eosCore) refusal(now time.Time, s *sent, err error) {
 	b := e.b
 	perm, reason := e.cfg.Classify(err)
 	switch {
@@ -152,6 +154,8 @@ func (e *eosCore) refusal(s *sent, err error) {
 		b.failed, b.fatalErr = true, fmt.Errorf("the position record for offsets.topic %s cannot be written: %w", s.rec.Topic, err)
 	case s.dlq:
 		b.failed, b.fatalErr = true, e.dlqUnwritable(err)
+	case e.cfg.StopOnPermanent:
+		e.halt(now, s.it, "produce", reason, err)
 	default:
 		f := b.find(s.it.ord)
 		f.dead, f.stage, f.reason, f.cause, f.suspect = true, "produce", reason, err, false

@@ -68,6 +68,12 @@ type eosModel struct {
 	guardFired  int
 	spillRedos  int
 	deadLetters int
+
+	// kafka.on_permanent_error: stop (eos_stop_test.go)
+	stop       bool
+	halted     *PermanentError // the last run's halt
+	halts      int
+	exactHalts int
 }
 
 func newModel(t *testing.T, seed uint64) *eosModel {
@@ -205,6 +211,9 @@ func (m *eosModel) checkVisible(final bool) {
 		}
 		id := r.key
 		wantDLQ := m.rows[id].poison[id] || m.rows[id].bad[id]
+		if m.stop && (wantDLQ || r.topic == "dlq") {
+			m.t.Fatalf("visible[%d] = %v: a refused row (or a dead letter) is visible under on_permanent_error: stop", i, r)
+		}
 		if (r.topic == "dlq") != wantDLQ {
 			m.t.Fatalf("visible[%d] = %v: dead-lettered %v, poison %v", i, r, r.topic == "dlq", wantDLQ)
 		}
@@ -231,10 +240,13 @@ func recOf(s Send) mrec {
 
 // runSeed drives cores (restarted after a crash, a stop or a fatal error) until every
 // transaction is visible.
-func runSeed(t *testing.T, seed uint64) *eosModel {
+func runSeed(t *testing.T, seed uint64) *eosModel { return runSeedMode(t, seed, false) }
+
+func runSeedMode(t *testing.T, seed uint64, stop bool) *eosModel {
 	m := newModel(t, seed)
 	var cfg Config
 	m.config(&cfg)
+	m.stop, cfg.StopOnPermanent, cfg.StopTimeout = stop, stop, time.Duration(50+m.rng.IntN(2000))*time.Millisecond
 	cfg.BatchRecords = 1 + m.rng.IntN(10)
 	cfg.BatchBytes = 200 + m.rng.IntN(2000)
 	cfg.RetainBytes = cfg.BatchBytes
@@ -272,6 +284,8 @@ func runSeed(t *testing.T, seed uint64) *eosModel {
 			return m
 		case "guard":
 			cfg.TxnTimeout = time.Hour
+		case "halt":
+			m.checkHalt(seed)
 		}
 		restarts++
 	}
@@ -301,6 +315,10 @@ func (m *eosModel) drive(c *Core, seed uint64) string {
 			}
 			if errors.Is(rd.Err, ErrShutdownTimeout) {
 				return "restart"
+			}
+			if pe := (*PermanentError)(nil); m.stop && errors.As(rd.Err, &pe) {
+				m.halted = pe
+				return "halt"
 			}
 			t.Fatalf("seed %d step %d: %v", seed, step, rd.Err)
 		}
