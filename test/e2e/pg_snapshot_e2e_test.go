@@ -157,6 +157,7 @@ func pgSnapshot(t *testing.T, eos bool) {
 // records, so nothing of it is acknowledged and no position stored) drops the slot at the next
 // start and takes the snapshot again: every row, the ones written in between too, is delivered.
 func TestPGSnapshotCrashRedo(t *testing.T) {
+	kfakeOnly(t, "the produce fault must refuse the snapshot's records from outboxd's start; a paused Apache Kafka keeps outboxd from starting at all")
 	e := newEnv(t, "")
 	e.editConfig("    status_interval: 1s\n", "    status_interval: 1s\n    snapshot: initial\n")
 	c := e.conn()
