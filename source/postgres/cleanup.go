@@ -155,7 +155,8 @@ func (a *Adapter) OutboxRowEstimate(ctx context.Context, table string) (int64, e
 	}
 	var n int64
 	err = conn.QueryRow(ctx, `SELECT CASE WHEN bool_and(c.reltuples < 0) THEN -1 ELSE sum(greatest(c.reltuples, 0)) END::bigint
-FROM pg_partition_tree($1::regclass) p JOIN pg_class c ON c.oid = p.relid WHERE p.isleaf`, tableIdent(table)).Scan(&n)
+FROM pg_class c WHERE c.relkind <> 'p'
+	AND c.oid IN (SELECT $1::regclass UNION ALL SELECT relid FROM pg_partition_tree($1::regclass) WHERE isleaf)`, tableIdent(table)).Scan(&n)
 	if err != nil {
 		a.cleanFailed()
 		return 0, fmt.Errorf("outbox.cleanup: read the row estimate of %s: %w", table, err)
