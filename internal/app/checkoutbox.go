@@ -9,6 +9,10 @@ import (
 	"github.com/outboxd/outboxd/transform/outbox"
 )
 
+// messageSource is an adapter that may carry outbox events as messages (the tableless outbox,
+// source.postgres.messages; the router parses their content): MessagePrefix is "" when off.
+type messageSource interface{ MessagePrefix() string }
+
 // checkOutbox is one `outboxd check` line per outbox table: whether its columns and their types
 // (listed by the source adapter, outboxLister) fit the outbox options, as the router itself
 // judges them (outbox.Router.CheckTable), so a table every row of which would be dead-lettered
@@ -42,9 +46,9 @@ func checkOutbox(ctx context.Context, c *config.Config, ad adapter) []CheckResul
 			}
 		}
 	}
-	if m := c.Source.Postgres.Messages; m != nil && c.Source.Type == "postgres" {
+	if ms, ok := ad.(messageSource); ok && ms.MessagePrefix() != "" {
 		// The tableless outbox has no table to check: say what the content must hold.
-		out = append(out, CheckResult{Name: "outbox messages " + messagePrefix(m), OK: true,
+		out = append(out, CheckResult{Name: "outbox messages " + ms.MessagePrefix(), OK: true,
 			Reason: fmt.Sprintf("JSON object members %s; %s", strings.Join(r.Columns(), ", "), r.Summary())})
 	}
 	return out

@@ -107,3 +107,7 @@ func outsideTxError(m pgMessage) error {
 	return fmt.Errorf("pgoutput: a transactional outbox message (prefix %q) at LSN %s arrived outside a transaction (pgoutput sends those between Begin and Commit): outboxd stops rather than lose the event; restart to resume from the stored position",
 		m.prefix, pglogrepl.LSN(m.lsn))
 }
+
+// MessagePrefix is source.postgres.messages.prefix ("" when the tableless outbox is off), for
+// `outboxd check`'s line on what an event's content must hold.
+func (a *Adapter) MessagePrefix() string { return a.cfg.MessagePrefix }
