@@ -71,7 +71,7 @@ func (a *Adapter) ScanOutbox(ctx context.Context, q source.ScanQuery, fn func(ro
 	if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
 		return fmt.Errorf("scan %s: begin: %w", q.Table, err)
 	}
-	if err := scanTable(ctx, conn, q, fn); err != nil {
+	if err := scanTable(ctx, conn, q, a.cfg.ChunkBytes, fn); err != nil {
 		return err
 	}
 	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
@@ -253,8 +253,11 @@ var physicalOrder = []string{"synchronize_seqscans = off", "enable_indexscan = o
 	"enable_bitmapscan = off", "enable_tidscan = off", "enable_seqscan = on"}
 
 // scanTable runs q's scan in the transaction open on conn (REPEATABLE READ: one snapshot) and
-// calls fn with each batch. The rows are freshly allocated (fn may keep them).
-func scanTable(ctx context.Context, conn *pgx.Conn, q source.ScanQuery, fn func(rows []source.Row) error) error {
+// calls fn with each batch. The rows are freshly allocated (fn may keep them). maxBytes > 0
+// bounds a batch's memory as well as q.Batch its rows: after a FETCH whose rows held more bytes
+// than that, the next FETCH asks for proportionally fewer rows (at least one), and grows back up
+// to q.Batch as rows get smaller, so a table of large payloads is not read 1000 at a time.
+func scanTable(ctx context.Context, conn *pgx.Conn, q source.ScanQuery, maxBytes int, fn func(rows []source.Row) error) error {
 	cols, err := readScanColumns(ctx, conn, q.Table)
 	if err != nil {
 		return err
@@ -284,26 +287,42 @@ func scanTable(ctx context.Context, conn *pgx.Conn, q source.ScanQuery, fn func(
 	if batch <= 0 {
 		batch = source.ScanBatch
 	}
-	fetch := "FETCH FORWARD " + strconv.Itoa(batch) + " FROM " + scanCursor
+	n := batch
 	for {
-		rows, err := fetchRows(ctx, pc, fetch, q.Table, cols, batch)
+		fetch := "FETCH FORWARD " + strconv.Itoa(n) + " FROM " + scanCursor
+		rows, err := fetchRows(ctx, pc, fetch, q.Table, cols, n)
 		if err != nil {
 			return err
 		}
 		if len(rows) == 0 {
 			break
 		}
+		size := 0
+		for i := range rows {
+			size += source.RowBytes(&rows[i])
+		}
 		if err := fn(rows); err != nil {
 			return err
 		}
-		if len(rows) < batch {
+		if len(rows) < n {
 			break
 		}
+		n = nextFetch(n, size, batch, maxBytes)
 	}
 	if _, err := conn.Exec(ctx, "CLOSE "+scanCursor); err != nil {
 		return fmt.Errorf("scan %s: close cursor: %w", q.Table, err)
 	}
 	return nil
+}
+
+// nextFetch is the row count of the next FETCH after one of n rows and size bytes: n scaled to
+// maxBytes (0 or less: no byte bound), within 1..batch.
+func nextFetch(n, size, batch, maxBytes int) int {
+	if maxBytes <= 0 || size <= 0 {
+		return batch
+	}
+	next := int(int64(n) * int64(maxBytes) / int64(size))
+	return max(1, min(batch, next))
 }
 
 // fetchRows runs one FETCH (every column in text format) and builds its rows as the decoder

@@ -277,6 +277,23 @@ func TestScanQueries(t *testing.T) {
 		t.Errorf("scan with a slow consumer and idle_in_transaction_session_timeout 100ms: %d rows, %v; want 26", got, err)
 	}
 
+	// Large rows: after a FETCH holding more than the byte bound, fewer rows a FETCH.
+	exec(t, conn, `CREATE TABLE public.big (n int4, p text)`)
+	exec(t, conn, `INSERT INTO public.big SELECT g, repeat(md5(g::text), 3125) FROM generate_series(1, 20) g`) // 100 kB each
+	a.set.Tables = append(a.set.Tables, "public.big")
+	a.cfg.ChunkBytes = 250_000
+	bigBatches, err := scanAll(t, a, source.ScanQuery{Table: "public.big", Batch: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sizes []int
+	for _, b := range bigBatches {
+		sizes = append(sizes, len(b))
+	}
+	if len(flatten(bigBatches)) != 20 || sizes[0] != 10 || slices.Max(sizes[1:]) > 2 {
+		t.Errorf("batches of 100 kB rows with a 250 kB bound: %v, want 10 then at most 2 each, 20 in all", sizes)
+	}
+
 	// fn's error ends the scan with it.
 	stop := fmt.Errorf("stop here")
 	calls := 0

@@ -40,3 +40,20 @@ func TestScanSQL(t *testing.T) {
 		}
 	}
 }
+
+func TestNextFetch(t *testing.T) {
+	for _, c := range []struct{ n, size, batch, maxBytes, want int }{
+		{1000, 100_000, 1000, 1 << 20, 1000}, // small rows: the whole batch
+		{1000, 10 << 20, 1000, 1 << 20, 100}, // 10 MiB in 1000 rows: a tenth
+		{100, 1 << 20, 1000, 1 << 20, 100},   // at the bound: the same again
+		{100, 100_000, 1000, 1 << 20, 1000},  // rows got small: back up, capped at batch
+		{1, 50 << 20, 1000, 1 << 20, 1},      // one huge row: at least one
+		{1000, 10 << 20, 1000, 0, 1000},      // no byte bound
+		{1000, 10 << 20, 1000, -1, 1000},     // no byte bound
+		{10, 0, 1000, 1 << 20, 1000},         // nothing measured
+	} {
+		if got := nextFetch(c.n, c.size, c.batch, c.maxBytes); got != c.want {
+			t.Errorf("nextFetch(%d, %d, %d, %d) = %d, want %d", c.n, c.size, c.batch, c.maxBytes, got, c.want)
+		}
+	}
+}

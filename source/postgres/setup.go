@@ -46,6 +46,11 @@ func (s *Source) setup(ctx context.Context, from pglogrepl.LSN) (_ *pgconn.PgCon
 	if from != 0 { // a stored position: any snapshot this process kept is behind it (snapshot_keep.go)
 		s.keeper.releaseAny()
 	}
+	if takeSnapshot {
+		if err := s.checkOrderColumn(ctx, admin); err != nil { // snapshot.go
+			return nil, nil, err
+		}
+	}
 	switch {
 	case takeSnapshot && slot.exists: // snapshot.go
 		if kept := s.keeper.reusable(ctx, s.cfg.Slot, slot); kept != nil {

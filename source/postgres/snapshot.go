@@ -119,6 +119,25 @@ func (s *Source) dropForSnapshot(ctx context.Context, admin *pgx.Conn, si slotIn
 	return nil
 }
 
+// checkOrderColumn refuses, before any slot is created or dropped, an outbox.order_column that
+// a table lacks (the snapshot would fail at that table's scan, and again at every start).
+func (s *Source) checkOrderColumn(ctx context.Context, admin *pgx.Conn) error {
+	if s.cfg.OrderColumn == "" || s.rel.loaded == nil {
+		return nil
+	}
+	for _, t := range s.rel.loaded.Tables {
+		var n int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_attribute WHERE attrelid = $1 AND attname = $2 AND attnum > 0 AND NOT attisdropped`,
+			t.OID, s.cfg.OrderColumn).Scan(&n); err != nil {
+			return fmt.Errorf("look up outbox.order_column %q in %s: %w", s.cfg.OrderColumn, t.Name, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("outbox.order_column %q is not a column of %s, and source.postgres.snapshot: initial orders the snapshot's rows by it: add the column, fix outbox.order_column, or remove it (the table's own order)", s.cfg.OrderColumn, t.Name)
+		}
+	}
+	return nil
+}
+
 // takeSnapshot returns the snapshot to hand out from the slot just created: imported into the
 // keeper (snapshot_keep.go) and read by a transaction of its own. It must run before any other
 // command on the replication connection.
@@ -174,7 +193,7 @@ func (s *Source) handOutSnapshot(ctx context.Context, run *snapshotRun) error {
 	total := 0
 	for _, table := range s.cfg.Tables {
 		n := 0
-		err := scanTable(ctx, run.conn, source.ScanQuery{Table: table, OrderBy: s.cfg.OrderColumn, Batch: batch}, func(rows []source.Row) error {
+		err := scanTable(ctx, run.conn, source.ScanQuery{Table: table, OrderBy: s.cfg.OrderColumn, Batch: batch}, s.cfg.ChunkBytes, func(rows []source.Row) error {
 			n += len(rows)
 			for _, r := range rows {
 				if chunk, ok := c.add(r); ok {

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -340,10 +341,22 @@ func TestSnapshotCrashRedo(t *testing.T) {
 }
 
 // TestSnapshotEmptyTables: empty tables give one transaction without rows at the slot's
-// consistent point, then the stream.
+// consistent point, then the stream. An order column a table lacks is refused before any slot
+// is created.
 func TestSnapshotEmptyTables(t *testing.T) {
 	dsn, conn := testDB(t, "snapempty")
+	bad := newSnapshotSource(dsn, "snapempty", 0, "public.outbox")
+	bad.cfg.OrderColumn = "seq"
+	if err := bad.Open(context.Background(), ""); err == nil || !strings.Contains(err.Error(), `outbox.order_column "seq" is not a column of public.outbox`) {
+		t.Errorf("Open with a missing order column: %v", err)
+	}
+	bad.Close()
+	var slots int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'snapempty'`).Scan(&slots); err != nil || slots != 0 {
+		t.Errorf("%d slots after the refused Open (%v), want none", slots, err)
+	}
 	s := newSnapshotSource(dsn, "snapempty", 0, "public.outbox")
+	s.cfg.OrderColumn = "created_at"
 	open(t, s, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
