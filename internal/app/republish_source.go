@@ -19,6 +19,10 @@ import (
 // batch of large rows is cut into several chunks, each its own transaction.
 const scanChunkBytes = 1 << 20
 
+// scanReadAhead is how many scan batches may wait for the pipeline, so that the database's next
+// fetch overlaps the delivery of the previous batches.
+const scanReadAhead = 2
+
 // scanPositionPrefix starts every position of a scan source: "republish:<n>" means "the first n
 // rows of the scan are delivered". It is never stored beyond the command's memory (the
 // dead letters of the scan carry it as outboxd.source.position).
@@ -50,7 +54,7 @@ type scanSource struct {
 }
 
 func newScanSource(sc scanner, queries []source.ScanQuery) *scanSource {
-	return &scanSource{sc: sc, queries: queries, batches: make(chan []source.Row), done: make(chan struct{}),
+	return &scanSource{sc: sc, queries: queries, batches: make(chan []source.Row, scanReadAhead), done: make(chan struct{}),
 		closedCh: make(chan struct{})}
 }
 
@@ -97,15 +101,20 @@ func (s *scanSource) Next(ctx context.Context) (source.Tx, error) {
 		case rows := <-s.batches:
 			s.rest = rows
 		case <-s.done:
-			if s.err != nil {
-				return source.Tx{}, fmt.Errorf("%w: %w", source.ErrEnd, s.err)
-			}
 			select {
 			case <-s.closedCh: // the scan was stopped, not finished
 				return source.Tx{}, errScanClosed
 			default:
 			}
-			return source.Tx{}, source.ErrEnd
+			select {
+			case rows := <-s.batches: // read before the scan ended: handed out first
+				s.rest = rows
+			default:
+				if s.err != nil {
+					return source.Tx{}, fmt.Errorf("%w: %w", source.ErrEnd, s.err)
+				}
+				return source.Tx{}, source.ErrEnd
+			}
 		case <-s.closedCh:
 			return source.Tx{}, errScanClosed
 		case <-ctx.Done():
