@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -70,7 +71,20 @@ func republishPG(ctx context.Context, e *env) ([]Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("republish --dry-run: %w\n%s", err, dryOut)
 	}
+	stopProfile := func() {}
+	if e.o.CPUProfile != "" { // -cpuprofile: the real run's CPU profile
+		f, err := os.Create(e.o.CPUProfile + "." + scenario + ".pprof")
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, err
+		}
+		stopProfile = pprof.StopCPUProfile
+	}
 	took, out, err := run(false)
+	stopProfile()
 	if err != nil {
 		return nil, fmt.Errorf("republish: %w\n%s", err, out)
 	}
