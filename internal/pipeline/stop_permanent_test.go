@@ -41,7 +41,7 @@ func TestStopOnPermanentALO(t *testing.T) {
 				if pe.RowID != "e" || pe.Table != "public.outbox" || pe.Where.Position != "03" || pe.Stage != tc.stage || pe.Reason != tc.reason || pe.Stored != "02" {
 					t.Fatalf("PermanentError %+v", pe)
 				}
-				for _, want := range []string{"event id e", "source position 03", "stored position 02", "on_permanent_error: dlq", "outboxd offsets set` 03"} {
+				for _, want := range []string{"event id e", "source position 03", "stored position 02", "on_permanent_error: dlq", "`outboxd offsets set -c FILE --position 03`"} {
 					if !strings.Contains(err.Error(), want) {
 						t.Errorf("error lacks %q: %v", want, err)
 					}

@@ -58,11 +58,11 @@ func (e *PermanentError) Error() string {
 		fmt.Fprintf(&b, "; %s", e.Note)
 	}
 	b.WriteString(". To get past it: fix the cause (the row's producer, outbox.columns, outbox.topic, kafka.max_record_bytes, the topic) and restart; " +
-		"or set kafka.on_permanent_error: dlq to dead-letter it and go on; or skip its transaction with `outboxd offsets set`")
+		"or set kafka.on_permanent_error: dlq to dead-letter it and go on; or skip its transaction with ")
 	if e.Where.Position != "" {
-		fmt.Fprintf(&b, " %s", e.Where.Position)
+		fmt.Fprintf(&b, "`outboxd offsets set -c FILE --position %s`", e.Where.Position)
 	} else {
-		b.WriteString(" (its end position is not known yet: find it in the source)")
+		b.WriteString("`outboxd offsets set -c FILE --position <its end>` (its end is not known yet: the transaction was still arriving; find its commit in the source)")
 	}
 	return b.String()
 }
