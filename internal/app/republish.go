@@ -266,12 +266,17 @@ func deliver(ctx context.Context, c *config.Config, src *scanSource, d republish
 	return err
 }
 
-// permanentStop rewords the pipeline's kafka.on_permanent_error: stop error for a republish:
-// the run's fix (a restart, `offsets set`) does not apply; running the republish again does.
+// permanentStop rewords the pipeline's errors for a republish: the run's fix (a restart,
+// `offsets set`) does not apply; running the republish again does. A kafka.on_permanent_error:
+// stop error is said again in those terms.
 func permanentStop(err error) error {
 	var pe *delivery.PermanentError
+	if err == nil {
+		return nil
+	}
 	if !errors.As(err, &pe) {
-		return err
+		return fmt.Errorf("%w — for this republish: rows after the last delivered ones may not have been delivered; "+
+			"run outboxd republish again once the cause is fixed (narrowed with --since or --where to what is left)", err)
 	}
 	id := ""
 	if pe.RowID != "" {
