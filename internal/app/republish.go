@@ -255,7 +255,7 @@ func deliver(ctx context.Context, c *config.Config, src *scanSource, d republish
 		return err
 	}
 	m := &republishMetrics{sum: sum, done: done}
-	err = permanentStop(pipeline.Run(ctx, pipeline.Options{
+	err = republishError(pipeline.Run(ctx, pipeline.Options{
 		NewSource: func() source.Source { return src }, // opened once: a second Open fails (scanSource)
 		Producer:  prod, Route: d.route, Classify: kafka.Classify, Store: &memoryStore{},
 		DLQTopic: c.Kafka.DLQTopic, DLQBreaker: pipeline.Breaker{Max: rate.Max, Window: rate.Window},
@@ -266,10 +266,10 @@ func deliver(ctx context.Context, c *config.Config, src *scanSource, d republish
 	return err
 }
 
-// permanentStop rewords the pipeline's errors for a republish: the run's fix (a restart,
+// republishError rewords the pipeline's errors for a republish: the run's fix (a restart,
 // `offsets set`) does not apply; running the republish again does. A kafka.on_permanent_error:
 // stop error is said again in those terms.
-func permanentStop(err error) error {
+func republishError(err error) error {
 	var pe *delivery.PermanentError
 	if err == nil {
 		return nil
