@@ -401,3 +401,41 @@ func TestCleanupPGKillMidLoad(t *testing.T) {
 		t.Fatalf("SIGTERM exit %d", code)
 	}
 }
+
+// TestCleanupPGExactlyOnceCrashMidBatch: with exactly_once, outboxd dies inside an open Kafka
+// transaction under load (the crash hook), restarts and redoes it: every row delivered exactly
+// once, no row deleted before its record was committed in Kafka (read_committed), and what the
+// restarted process read is deleted.
+func TestCleanupPGExactlyOnceCrashMidBatch(t *testing.T) {
+	e := eosEnv(newEnv(t, cleanupYAML))
+	c := e.conn()
+	p := e.startWith(true, pipelineCrashEnv("mid_batch:20"))
+	l := startPGLoader(t, e, 5*time.Millisecond)
+	harness.WaitFor(t, 60*time.Second, "the crash hook", func() bool {
+		deletedOnlyIfDelivered(t, e, c, l)
+		return p.Exited()
+	})
+	if !strings.Contains(p.Out.String(), "TEST CRASH HOOK: exiting now") {
+		t.Fatalf("no crash hook log:\n%s", p.Out.String())
+	}
+	beforeCrash := len(l.committed())
+	if deletedOnlyIfDelivered(t, e, c, l) == 0 {
+		t.Fatal("nothing deleted before the crash")
+	}
+	p = e.startWith(true)
+	harness.WaitFor(t, 60*time.Second, "rows deleted after the restart", func() bool {
+		return deletedOnlyIfDelivered(t, e, c, l) >= beforeCrash+100
+	})
+	ids := l.finish(t)
+	e.expectExactlyOnce(ids, 60*time.Second)
+	harness.WaitFor(t, 30*time.Second, "only the crash's leftovers remain", func() bool {
+		deletedOnlyIfDelivered(t, e, c, l)
+		var newer int
+		c.QueryRow(context.Background(), "SELECT count(*) FROM outbox WHERE id <> ALL($1::uuid[])", ids[:beforeCrash]).Scan(&newer)
+		return newer == 0
+	})
+	t.Logf("%d rows written, %d before the crash; %d delivered rows left in the table by it", len(ids), beforeCrash, pgCount(t, c))
+	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("SIGTERM exit %d", code)
+	}
+}
