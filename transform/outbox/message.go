@@ -56,11 +56,13 @@ type messageShape struct {
 	required  []string // event id, aggregate type, aggregate id, type
 	timestamp string   // outbox.timestamp column:<name>; "" none
 	partition string   // outbox.fields' partition placement; "" none
+	names     []string // the columns the router reads (Router.Columns): member names without an allocation
 }
 
-func (r *Router) messageShape() messageShape {
+// newMessageShape is called once by New, after the headers and fields are prepared.
+func (r *Router) newMessageShape() messageShape {
 	s := messageShape{required: []string{r.cfg.IDColumn, r.cfg.AggregateTypeColumn, r.cfg.AggregateIDColumn, r.cfg.TypeColumn},
-		partition: r.partitionCol}
+		partition: r.partitionCol, names: append(r.Columns(), r.cfg.TypeColumn)}
 	if r.hs.ts == tsColumn {
 		s.timestamp = r.hs.tsColumn
 	}
@@ -74,7 +76,7 @@ func (r *Router) routeMessage(row *source.Row, commit time.Time) (sink.Record, e
 		return sink.Record{}, &Error{Reason: ReasonInvalidMessage, Column: source.MessageColumn,
 			Msg: fmt.Sprintf("message row of %s has no content (a source bug: message rows carry their content in column %q)", row.Table, source.MessageColumn)}
 	}
-	view, err := parseMessage(row.Table, content.Bytes, r.messageShape())
+	view, err := parseMessage(row.Table, content.Bytes, r.msg)
 	if err != nil {
 		return sink.Record{}, err
 	}
@@ -117,6 +119,9 @@ func parseMessage(table string, content []byte, shape messageShape) (source.Row,
 		return view, invalidMessage(table, "the content is JSON but not an object (%s)", excerpt(content))
 	}
 	p.i++
+	// The outbox fields and a few headers: one allocation per slice for the usual event.
+	const members = 8
+	view.Columns, view.Values, view.Types = make([]string, 0, members), make([]source.Value, 0, members), make([]source.Type, 0, members)
 	for {
 		p.space()
 		if p.is('}') {
@@ -126,7 +131,7 @@ func parseMessage(table string, content []byte, shape messageShape) (source.Row,
 			p.i++
 			p.space()
 		}
-		key, err := p.str()
+		key, err := p.key(shape.names)
 		if err != nil {
 			return view, invalidMessage(table, "%v", err)
 		}
@@ -146,10 +151,7 @@ func parseMessage(table string, content []byte, shape messageShape) (source.Row,
 		view.Values = append(view.Values, v)
 		view.Types = append(view.Types, t)
 	}
-	if view.Types == nil {
-		view.Types = []source.Type{} // typed, though empty: never the "no types" of a hand-built row
-	}
-	return view, nil
+	return view, nil // Types never nil: typed, not the "no types" of a hand-built row
 }
 
 // excerpt quotes at most the first 64 bytes of b for an error message.
@@ -194,9 +196,14 @@ func (p *jsonScan) skipString() (escaped bool) {
 	return escaped
 }
 
-// str reads a string at p.i and returns its text.
-func (p *jsonScan) str() (string, error) {
+// key reads a member name at p.i: one of names when it is one (no allocation), else its text.
+func (p *jsonScan) key(names []string) (string, error) {
 	b, err := p.strBytes()
+	for _, n := range names {
+		if string(b) == n {
+			return n, err
+		}
+	}
 	return string(b), err
 }
 

@@ -149,6 +149,8 @@ type Router struct {
 	topicsMu sync.Mutex
 
 	hs headerState // headers.go: header columns, record timestamp, tracing
+
+	msg messageShape // message.go: how message rows' content becomes columns
 }
 
 const maxTopics = 4096
@@ -197,6 +199,7 @@ func New(cfg Config) (*Router, error) {
 	if err := r.initHeaders(); err != nil { // headers.go
 		return nil, err
 	}
+	r.msg = r.newMessageShape() // message.go
 	return r, nil
 }
 
