@@ -111,12 +111,12 @@ func parseMessage(table string, content []byte, shape messageShape) (source.Row,
 		return view, invalidMessage(table, "the content is not valid UTF-8")
 	}
 	if !json.Valid(content) {
-		return view, invalidMessage(table, "the content is not JSON (%s)", excerpt(content))
+		return view, invalidMessage(table, "the content (%d bytes) is not JSON (%s)", len(content), syntaxError(content))
 	}
 	p := jsonScan{b: content}
 	p.space()
 	if !p.is('{') {
-		return view, invalidMessage(table, "the content is JSON but not an object (%s)", excerpt(content))
+		return view, invalidMessage(table, "the content is JSON but not an object (it starts with %q)", p.b[p.i:p.i+1])
 	}
 	p.i++
 	// The outbox fields and a few headers: one allocation per slice for the usual event.
@@ -154,13 +154,20 @@ func parseMessage(table string, content []byte, shape messageShape) (source.Row,
 	return view, nil // Types never nil: typed, not the "no types" of a hand-built row
 }
 
-// excerpt quotes at most the first 64 bytes of b for an error message.
-func excerpt(b []byte) string {
-	const n = 64
-	if len(b) > n {
-		return strconv.Quote(string(b[:n])) + "…"
+// syntaxError says where content stops being JSON, without quoting it: error messages end up
+// in logs and dead-letter headers, which never carry payload data (README, "What goes to the
+// DLQ"); the dead letter's value has the content.
+func syntaxError(content []byte) string {
+	var v any
+	err := json.Unmarshal(content, &v)
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("at byte %d: %v", se.Offset, se)
+	case err != nil:
+		return err.Error()
 	}
-	return strconv.Quote(string(b))
+	return "encoding/json refuses it"
 }
 
 // jsonScan walks JSON text already known to be valid (json.Valid), so it checks no syntax.
@@ -218,7 +225,7 @@ func (p *jsonScan) strBytes() ([]byte, error) {
 	}
 	var out string
 	if err := json.Unmarshal(raw, &out); err != nil {
-		return nil, fmt.Errorf("string %s: %w", excerpt(raw), err)
+		return nil, fmt.Errorf("a string at byte %d: %w", start, err)
 	}
 	return []byte(out), nil
 }

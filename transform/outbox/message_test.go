@@ -232,6 +232,14 @@ func TestRouteMessageErrors(t *testing.T) {
 			t.Errorf("%s: id header %q, want %q (a dead letter is found by its event id when it has one)", c.content, id, c.id)
 		}
 	}
+	// Error messages go to logs and dead-letter headers, which never carry payload data.
+	for _, secret := range []string{`{"id":"e1","payload":{"card":"TOPSECRET"}`, `["TOPSECRET"]`, `"TOPSECRET"`, `TOPSECRET`,
+		`{"id":"e1","aggregatetype":"a","payload":"TOPSECRET"}`} {
+		_, err := r.Route(messageRow(secret), time.Time{})
+		if err == nil || strings.Contains(err.Error(), "TOPSECRET") {
+			t.Errorf("%s: error %v quotes the content", secret, err)
+		}
+	}
 	noContent := &source.Row{Table: testMsgTable, Message: true}
 	if _, err := r.Route(noContent, time.Time{}); err == nil || !strings.Contains(err.Error(), "no content") {
 		t.Errorf("a message row without content: %v", err)
