@@ -129,7 +129,7 @@ func cleanupPG(ctx context.Context, e *env) ([]Result, error) {
 		}
 		res = append(res, Result{Scenario: cleanupScenario, Name: "outbox table after " + dur.String() + ", cleanup " + s.name,
 			Value: float64(size) / (1 << 20), Unit: "MiB",
-			Detail: fmt.Sprintf("pg_total_relation_size; %d rows (count(*)), %d dead tuples; %d rows inserted at %d/s (single-row transactions); highest count(*) sampled every 10 s during the load: %d",
+			Detail: fmt.Sprintf("pg_total_relation_size; %d rows (count(*)), %d dead tuples; %d rows inserted at up to %d/s (single-row transactions); highest count(*) sampled every 10 s during the load: %d; the scenario's own private PostgreSQL (autovacuum on, fsync off), not the one in the Machine line",
 				rows, dead, s.inserts.Load()+1, rate, s.maxRows),
 			Extra: map[string]float64{"bytes": float64(size), "rows": float64(rows), "dead_tuples": float64(dead),
 				"inserted": float64(s.inserts.Load() + 1), "max_rows_sampled": float64(s.maxRows)}})
