@@ -23,7 +23,8 @@
 // Ready with nothing to do is cheap; calling Ready/Advance after every input is the intended use.
 //
 // Mode AtLeastOnce is implemented in core.go, ledger.go, admit.go, outcome.go (and alo*.go);
-// Mode ExactlyOnce dispatches to the eos type of eos*.go.
+// Mode ExactlyOnce dispatches to the eos type of eos*.go. kafka.on_permanent_error: stop
+// (Config.StopOnPermanent): permanent.go and eos_stop.go.
 package delivery
 
 import (
