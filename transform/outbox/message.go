@@ -110,46 +110,67 @@ func parseMessage(table string, content []byte, shape messageShape) (source.Row,
 	if !utf8.Valid(content) {
 		return view, invalidMessage(table, "the content is not valid UTF-8")
 	}
-	if !json.Valid(content) {
+	notJSON := func() (source.Row, error) {
 		return view, invalidMessage(table, "the content (%d bytes) is not JSON (%s)", len(content), syntaxError(content))
 	}
 	p := jsonScan{b: content}
 	p.space()
 	if !p.is('{') {
+		if !json.Valid(content) {
+			return notJSON()
+		}
 		return view, invalidMessage(table, "the content is JSON but not an object (it starts with %q)", p.b[p.i:p.i+1])
 	}
 	p.i++
 	// The outbox fields and a few headers: one allocation per slice for the usual event.
 	const members = 8
 	view.Columns, view.Values, view.Types = make([]string, 0, members), make([]source.Value, 0, members), make([]source.Type, 0, members)
-	for {
+	twice, dup := "", false // a member name seen twice: reported once the whole content is known to be JSON
+	p.space()
+	for !p.is('}') {
+		if !p.is('"') {
+			return notJSON()
+		}
+		key, ok := p.key(shape.names)
+		if !ok {
+			return notJSON()
+		}
 		p.space()
-		if p.is('}') {
-			break
+		if !p.is(':') {
+			return notJSON()
 		}
-		if p.is(',') {
-			p.i++
-			p.space()
-		}
-		key, err := p.key(shape.names)
-		if err != nil {
-			return view, invalidMessage(table, "%v", err)
+		p.i++
+		p.space()
+		v, t, ok := p.value(key, shape)
+		if !ok {
+			return notJSON()
 		}
 		for _, c := range view.Columns {
-			if c == key {
-				return view, invalidMessage(table, "member %q appears twice, so its value is ambiguous", key)
+			if c == key && !dup {
+				twice, dup = key, true
 			}
-		}
-		p.space()
-		p.i++ // ':' (the content is valid JSON)
-		p.space()
-		v, t, err := p.value(key, shape)
-		if err != nil {
-			return view, invalidMessage(table, "member %q: %v", key, err)
 		}
 		view.Columns = append(view.Columns, key)
 		view.Values = append(view.Values, v)
 		view.Types = append(view.Types, t)
+		p.space()
+		if p.is(',') {
+			p.i++
+			p.space()
+			if p.is('}') {
+				return notJSON() // a trailing comma
+			}
+		} else if !p.is('}') {
+			return notJSON()
+		}
+	}
+	p.i++
+	p.space()
+	if p.i != len(p.b) {
+		return notJSON()
+	}
+	if dup {
+		return view, invalidMessage(table, "member %q appears twice, so its value is ambiguous", twice)
 	}
 	return view, nil // Types never nil: typed, not the "no types" of a hand-built row
 }
@@ -168,140 +189,6 @@ func syntaxError(content []byte) string {
 		return err.Error()
 	}
 	return "encoding/json refuses it"
-}
-
-// jsonScan walks JSON text already known to be valid (json.Valid), so it checks no syntax.
-type jsonScan struct {
-	b []byte
-	i int
-}
-
-func (p *jsonScan) is(c byte) bool { return p.i < len(p.b) && p.b[p.i] == c }
-
-func (p *jsonScan) space() {
-	for p.i < len(p.b) && (p.b[p.i] == ' ' || p.b[p.i] == '\t' || p.b[p.i] == '\n' || p.b[p.i] == '\r') {
-		p.i++
-	}
-}
-
-// skipString moves past the string starting at p.i (its opening quote) and reports whether it
-// holds an escape.
-func (p *jsonScan) skipString() (escaped bool) {
-	p.i++
-	for p.i < len(p.b) {
-		switch p.b[p.i] {
-		case '\\':
-			escaped = true
-			p.i += 2
-			continue
-		case '"':
-			p.i++
-			return escaped
-		}
-		p.i++
-	}
-	return escaped
-}
-
-// key reads a member name at p.i: one of names when it is one (no allocation), else its text.
-func (p *jsonScan) key(names []string) (string, error) {
-	b, err := p.strBytes()
-	for _, n := range names {
-		if string(b) == n {
-			return n, err
-		}
-	}
-	return string(b), err
-}
-
-// strBytes reads a string at p.i: a slice of the content when it has no escape, else its
-// decoded text.
-func (p *jsonScan) strBytes() ([]byte, error) {
-	start := p.i
-	escaped := p.skipString()
-	raw := p.b[start:p.i]
-	if !escaped {
-		return raw[1 : len(raw)-1 : len(raw)-1], nil
-	}
-	var out string
-	if err := json.Unmarshal(raw, &out); err != nil {
-		return nil, fmt.Errorf("a string at byte %d: %w", start, err)
-	}
-	return []byte(out), nil
-}
-
-// skipValue moves past the value at p.i.
-func (p *jsonScan) skipValue() {
-	depth := 0
-	for p.i < len(p.b) {
-		switch c := p.b[p.i]; c {
-		case '"':
-			p.skipString()
-			if depth == 0 {
-				return
-			}
-			continue
-		case '{', '[':
-			depth++
-		case '}', ']':
-			if depth == 0 {
-				return // the end of the enclosing object: a scalar ended here
-			}
-			depth--
-			if depth == 0 {
-				p.i++
-				return
-			}
-		case ',', ' ', '\t', '\r', '\n':
-			if depth == 0 {
-				return // a scalar ends here
-			}
-		}
-		p.i++
-	}
-}
-
-// value reads the member value at p.i as the column value and type a table would have (see the
-// file comment).
-func (p *jsonScan) value(key string, shape messageShape) (source.Value, source.Type, error) {
-	t := source.Type{Optional: true}
-	for _, c := range shape.required {
-		if c == key {
-			t.Optional = false
-		}
-	}
-	start := p.i
-	switch p.b[p.i] {
-	case '"':
-		s, err := p.strBytes()
-		if err != nil {
-			return source.Value{}, t, err
-		}
-		t.Kind = source.KindString
-		if shape.timestamp != "" && key == shape.timestamp {
-			t.Kind = source.KindMicroTimestamp
-		}
-		if s == nil {
-			s = []byte{}
-		}
-		return source.Value{Bytes: s}, t, nil
-	case 'n':
-		p.skipValue()
-		t.Optional = true
-		return source.Value{Null: true}, t, nil
-	case 't', 'f':
-		p.skipValue()
-		t.Kind = source.KindBool
-		return source.Value{Bytes: p.b[start:p.i:p.i]}, t, nil
-	case '{', '[':
-		p.skipValue()
-		t.Kind = source.KindJSON
-		return source.Value{Bytes: p.b[start:p.i:p.i]}, t, nil
-	}
-	p.skipValue()
-	num := p.b[start:p.i]
-	t.Kind = numberKind(num, shape.partition != "" && key == shape.partition)
-	return source.Value{Bytes: num[:len(num):len(num)]}, t, nil
 }
 
 // numberKind is the Kind of a JSON number literal: an integer within int64 is KindInt64 (int32
