@@ -144,6 +144,41 @@ func TestErrorsNameTheKey(t *testing.T) {
 	}
 }
 
+// TestTablesOptionalOnlyForTablelessOutbox: source.tables may be empty (or absent) only with
+// source.type postgres and source.postgres.messages set; otherwise the error names source.tables.
+func TestTablesOptionalOnlyForTablelessOutbox(t *testing.T) {
+	k := "\nkafka: {brokers: ['k:9092']}\n"
+	for _, y := range []string{
+		"source: {type: postgres, dsn: x, postgres: {messages: {}}}",
+		"source: {type: postgres, dsn: x, tables: [], postgres: {messages: {prefix: app.event}}}",
+	} {
+		c, err := Parse([]byte(y+k), env(nil), "postgres", "mysql")
+		if err != nil {
+			t.Errorf("refused %s: %v", y, err)
+			continue
+		}
+		if len(c.Source.Tables) != 0 || c.Source.Postgres.Messages == nil {
+			t.Errorf("%s: tables %v messages %v", y, c.Source.Tables, c.Source.Postgres.Messages)
+		}
+	}
+	for _, y := range []string{
+		"source: {type: postgres, dsn: x}",
+		"source: {type: postgres, dsn: x, tables: []}",
+		"source: {type: mysql, dsn: x}",
+		"source: {type: mysql, dsn: x, postgres: {messages: {}}}", // messages are PostgreSQL's
+		"source: {type: mysql, dsn: x, tables: [], postgres: {messages: {prefix: a.b}}}",
+	} {
+		_, err := Parse([]byte(y+k), env(nil), "postgres", "mysql")
+		if err == nil {
+			t.Errorf("accepted %s", y)
+			continue
+		}
+		if !IsConfigError(err) || !strings.Contains(err.Error(), "source.tables") || !strings.Contains(err.Error(), "source.postgres.messages") {
+			t.Errorf("%s: error %q does not name source.tables and say when it may be empty", y, err)
+		}
+	}
+}
+
 func TestSecretNotInErrors(t *testing.T) {
 	_, err := Parse([]byte("source: {type: oracle, dsn: 'postgres://u:hunter2@h/db', tables: [a.b]}\nkafka: {brokers: ['k:9092']}"), env(nil), "postgres", "mysql")
 	if err == nil || strings.Contains(err.Error(), "hunter2") {
