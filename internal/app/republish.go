@@ -60,6 +60,10 @@ const maxScanBatch = 100000
 // queries turns o into one scan query per table, or a UsageError.
 func (o RepublishOptions) queries(c *config.Config) ([]source.ScanQuery, error) {
 	tables := c.Source.Tables
+	if len(tables) == 0 { // the tableless outbox (source.postgres.messages): events are kept in no table
+		return nil, &config.Error{Key: "source.tables", Msg: "is empty (the tableless outbox, source.postgres.messages): there is no table to republish from; " +
+			"events written with pg_logical_emit_message are kept in no table, so re-publishing one means emitting it again (same id: consumers deduplicate)"}
+	}
 	if o.Table != "" {
 		if !slices.Contains(tables, o.Table) {
 			return nil, &UsageError{Flag: "table", Msg: fmt.Sprintf("%q is not one of source.tables (%s)", o.Table, strings.Join(tables, ", "))}
@@ -259,8 +263,8 @@ func deliver(ctx context.Context, c *config.Config, src *scanSource, d republish
 		NewSource: func() source.Source { return src }, // opened once: a second Open fails (scanSource)
 		Producer:  prod, Route: d.route, Classify: kafka.Classify, Store: &memoryStore{},
 		DLQTopic: c.Kafka.DLQTopic, DLQBreaker: pipeline.Breaker{Max: rate.Max, Window: rate.Window},
-		StopOnPermanent: c.Kafka.OnPermanentError == "stop",
-		MaxInflight:     c.Kafka.MaxInflight, MaxRecordBytes: c.Kafka.MaxRecordBytes,
+		StopOnPermanent: c.Kafka.OnPermanentError == "stop", IDColumn: c.Outbox.Columns.ID,
+		MaxInflight: c.Kafka.MaxInflight, MaxRecordBytes: c.Kafka.MaxRecordBytes,
 		CommitInterval: 100 * time.Millisecond, ShutdownTimeout: c.ShutdownTimeout, Log: d.log, Metrics: m,
 	}))
 	return err
