@@ -170,6 +170,9 @@ func publicationChecks(ctx context.Context, conn *pgx.Conn, shape *PubShape, cfg
 		}
 		return out
 	}
+	if len(problems) == 0 && len(shape.Tables) == 0 { // the tableless outbox
+		return []CheckResult{{Name: name, OK: true, Reason: "exists; source.tables is empty (the tableless outbox): only logical decoding messages are streamed, whatever the publication lists (other tables: see the next line)"}}
+	}
 	if len(problems) == 0 {
 		var tables []string
 		for _, t := range shape.Tables {
@@ -231,6 +234,11 @@ ORDER BY 1 LIMIT 11`
 // publication would stop outboxd at some later moment; check says so up front.
 func otherTablesCheck(ctx context.Context, conn *pgx.Conn, cfg Config) CheckResult {
 	name := "publication " + cfg.Publication + " streams only the outbox tables"
+	create := "outboxd creates it for source.tables"
+	if len(cfg.Tables) == 0 {
+		name = "publication " + cfg.Publication + " streams no table (source.tables is empty)"
+		create = "outboxd creates it with no table"
+	}
 	schemas, names := make([]string, len(cfg.Tables)), make([]string, len(cfg.Tables))
 	for i, t := range cfg.Tables {
 		schemas[i], names[i] = splitTable(t)
@@ -252,5 +260,5 @@ func otherTablesCheck(ctx context.Context, conn *pgx.Conn, cfg Config) CheckResu
 	}
 	return CheckResult{Name: name,
 		Reason: fmt.Sprintf("it also publishes inserts of %s: outboxd stops at the first INSERT into a table that is not an outbox table (it never skips a row it cannot attribute)", list),
-		Fix:    fmt.Sprintf("give outboxd a publication of its own (set source.postgres.publication to a new name; outboxd creates it for source.tables), or ALTER PUBLICATION %s DROP TABLE <each of them>", quoteIdent(cfg.Publication))}
+		Fix:    fmt.Sprintf("give outboxd a publication of its own (set source.postgres.publication to a new name; %s), or ALTER PUBLICATION %s DROP TABLE <each of them>", create, quoteIdent(cfg.Publication))}
 }
