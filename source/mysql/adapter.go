@@ -50,7 +50,8 @@ type Adapter struct {
 	store  string   // Settings.OffsetsStore
 	log    *slog.Logger
 	locker Locker
-	clean  myCleaner // outbox.cleanup's connection (cleanup.go)
+	clean  myCleaner  // outbox.cleanup's connection (cleanup.go)
+	keep   snapKeeper // the snapshot its Sources share (snapshot_keep.go)
 }
 
 // NewAdapter applies the defaults to s. A nil log discards.
@@ -95,7 +96,7 @@ func (a *Adapter) Validate() error {
 func (a *Adapter) Name() string { return fmt.Sprintf("mysql:%d", a.set.ServerID) }
 
 // NewSource returns a new, unopened Source of the pipeline.
-func (a *Adapter) NewSource() source.Source { return New(a.Config(), a.log) }
+func (a *Adapter) NewSource() source.Source { return a.keep.share(New(a.Config(), a.log)) }
 
 // RedactedDSN is source.dsn for logs without its password; "(unparseable DSN)" when it does
 // not parse (nothing of it is shown).

@@ -27,7 +27,10 @@ package mysql
 // rows carries the snapshot's position, with CommitTime the time the snapshot was taken. So the
 // pipeline stores no position until every row of the snapshot is delivered; a crash or stop in
 // the middle leaves none stored, and the next start takes a new snapshot: rows may then be
-// delivered again (same ids, so consumers deduplicate), none is lost. A stored position always
+// delivered again (same ids, so consumers deduplicate), none is lost. Within one process, a
+// Source of the same Adapter opened again without a stored position (the pipeline's reopen,
+// exactly_once's redo of a spilled transaction) reads the same snapshot again instead: the same
+// rows, in the same order, ending at the same position (snapshot_keep.go). A stored position always
 // wins: a start with one never snapshots. The binlog stream starts after the closing chunk, from
 // the snapshot's position; the server must keep its binlogs from then on for as long as the
 // snapshot takes.
@@ -187,7 +190,7 @@ func binlogStatFromRows(rows [][]string) (binlogStat, error) {
 // the snapshot's connection and hands them to Next in chunks.
 type snapshot struct {
 	ch     chan snapChunk
-	cancel context.CancelFunc // ends the goroutine and closes the connection
+	cancel context.CancelFunc // ends the goroutine (the kept connection stays: snapshot_keep.go)
 	at     time.Time          // when the snapshot was taken: every chunk's CommitTime
 	final  source.Position    // the snapshot's position, as the closing chunk carries it
 	rows   int64              // rows handed out
@@ -207,67 +210,101 @@ type snapChunk struct {
 
 func (sn *snapshot) stop() { sn.once.Do(sn.cancel) }
 
-// beginSnapshot connects, takes the snapshot and starts reading it; the position is the binlog
-// position of the snapshot in the given form, with its origin. ctx bounds this call only.
+// beginSnapshot takes the snapshot and starts reading it; the position is the binlog position
+// of the snapshot in the given form, with its origin. A snapshot the Adapter's keeper still
+// holds (snapshot_keep.go) is read again instead of taking a new one. ctx bounds this call only.
 func (s *Source) beginSnapshot(ctx context.Context, kind posKind) (*snapshot, position, error) {
-	sctx, cancel := context.WithCancel(context.Background())
-	unbind := context.AfterFunc(ctx, cancel) // Open's ctx bounds the setup
-	defer unbind()
-	c, release, err := scanConn(sctx, s.dsn)
-	if err != nil {
-		cancel()
-		return nil, position{}, ctxErr(ctx, fmt.Errorf("snapshot (source.mysql.snapshot: initial): %w", err))
+	kept, err := s.keeper.take(ctx, kind, s.info.origin(), s.log)
+	switch {
+	case err == nil:
+		s.log.Info("snapshot read again: the snapshot this process took and has not yet delivered (the same rows in the same order, the same position; source.mysql.snapshot: initial)",
+			"tables", len(kept.tables), "position", kept.pos.String(), "taken", kept.at.UTC().Format(time.RFC3339))
+	case errors.Is(err, errNoKept):
+		if kept, err = s.takeSnapshot(ctx, kind); err != nil {
+			return nil, position{}, ctxErr(ctx, fmt.Errorf("snapshot (source.mysql.snapshot: initial): %w", err))
+		}
+		s.keeper.keep(kept)
+		s.log.Info("snapshot taken: publishing the rows already in the outbox tables (source.mysql.snapshot: initial)",
+			"tables", len(kept.tables), "position", kept.pos.String())
+	default:
+		return nil, position{}, fmt.Errorf("snapshot (source.mysql.snapshot: initial): wait for the kept snapshot: %w", err)
 	}
-	fail := func(err error) (*snapshot, position, error) {
-		release()
-		cancel()
-		return nil, position{}, ctxErr(ctx, fmt.Errorf("snapshot (source.mysql.snapshot: initial): %w", err))
+	s.mu.Lock()
+	s.readKept = kept
+	s.mu.Unlock()
+	s.kept.Store(kept)
+	sctx, cancel := context.WithCancel(context.Background())
+	sn := &snapshot{ch: make(chan snapChunk), cancel: cancel, at: kept.at, logged: time.Now()}
+	batch, maxBytes := s.cfg.ChunkRows, max(s.cfg.ChunkBytes, 0)
+	if batch <= 0 {
+		batch = source.ScanBatch // no row cap: the scan still reads in batches
+	}
+	go sn.run(sctx, s.keeper, kept, source.ScanQuery{OrderBy: s.cfg.OrderColumn, Batch: batch}, maxBytes)
+	return sn, kept.pos, nil
+}
+
+// takeSnapshot connects, reads the tables' columns and takes a new consistent snapshot; its
+// connection is busy for the caller. ctx bounds this call only.
+func (s *Source) takeSnapshot(ctx context.Context, kind posKind) (*keptSnap, error) {
+	c, err := connect(ctx, s.dsn)
+	if err != nil {
+		return nil, err
+	}
+	unbind := context.AfterFunc(ctx, func() { c.Close() }) // Open's ctx bounds the setup
+	defer unbind()
+	if err := scanSession(c); err != nil {
+		c.Close()
+		return nil, err
 	}
 	var tables []*scanTable
 	for _, name := range s.cfg.Tables {
 		t, err := s.loadScanTable(c, name)
-		if err != nil {
-			return fail(err)
+		if err == nil {
+			_, err = t.orderBy(s.cfg.OrderColumn)
 		}
-		if _, err := t.orderBy(s.cfg.OrderColumn); err != nil {
-			return fail(err)
+		if err != nil {
+			c.Close()
+			return nil, err
 		}
 		tables = append(tables, t)
 	}
 	at := time.Now()
 	p, err := openSnapshot(connSQL{c}, s.info.mariadb, kind)
 	if err != nil {
-		return fail(err)
+		c.Close()
+		return nil, err
 	}
 	o := s.info.origin()
 	p.serverID, p.serverUUID = o.serverID, o.serverUUID
-	sn := &snapshot{ch: make(chan snapChunk), cancel: cancel, at: at, logged: at}
-	s.log.Info("snapshot taken: publishing the rows already in the outbox tables (source.mysql.snapshot: initial)",
-		"tables", len(tables), "position", p.String())
-	batch, maxBytes := s.cfg.ChunkRows, max(s.cfg.ChunkBytes, 0)
-	if batch <= 0 {
-		batch = source.ScanBatch // no row cap: the scan still reads in batches
-	}
-	go sn.run(sctx, c, release, tables, source.ScanQuery{OrderBy: s.cfg.OrderColumn, Batch: batch}, maxBytes)
-	return sn, p, nil
+	return newKept(c, p, at, tables), nil
 }
 
-// run reads every table of the snapshot in turn and hands the chunks over; it ends the
-// snapshot's transaction and closes its connection when done, failed or stopped.
-func (sn *snapshot) run(ctx context.Context, c *client.Conn, release func(), tables []*scanTable, q source.ScanQuery, maxBytes int) {
+// run reads every table of the kept snapshot in turn and hands the chunks over. Stopped, it
+// reads the rest of the current table's result set without handing it over, so the connection
+// (and its transaction) can be read again by the next Source; it gives the connection back to
+// the keeper when done or stopped, and lets go of the snapshot when a read failed.
+func (sn *snapshot) run(ctx context.Context, k *snapKeeper, kept *keptSnap, q source.ScanQuery, maxBytes int) {
 	defer close(sn.ch)
-	defer release()
-	for _, t := range tables {
+	draining := false
+	for _, t := range kept.tables {
+		if ctx.Err() != nil {
+			break
+		}
 		q.Table = t.name
-		err := scanRows(c, t, q, maxBytes, func(rows []source.Row) error {
+		err := scanRows(kept.conn, t, q, maxBytes, func(rows []source.Row) error {
+			if draining {
+				return nil
+			}
 			select {
 			case sn.ch <- snapChunk{rows: rows}:
-				return nil
 			case <-ctx.Done():
-				return ctx.Err()
+				draining = true // read the result set to its end: the connection stays usable
 			}
+			return nil
 		})
 		if err != nil {
+			k.release(kept) // the connection is in an unknown state: no Source reads it again
+			kept.free()
 			select {
 			case sn.ch <- snapChunk{err: ctxErr(ctx, err)}:
 			case <-ctx.Done():
@@ -275,8 +312,8 @@ func (sn *snapshot) run(ctx context.Context, c *client.Conn, release func(), tab
 			return
 		}
 	}
-	_, _ = c.Execute("COMMIT") // read only: nothing to lose if it fails
-	sn.complete = true
+	sn.complete = ctx.Err() == nil
+	kept.free()
 }
 
 // snapshotNext returns the snapshot's next chunk; ok false once the closing chunk is out (the
@@ -342,6 +379,9 @@ func (s *Source) nextSnapshot(ctx context.Context) (source.Tx, bool, error) {
 	s.snap = nil
 	s.mu.Unlock()
 	sn.stop()
+	if s.ownKeeper { // read to its end and no other Source reads it again: end its transaction
+		s.keeper.releaseAny()
+	}
 	if err := s.startStream(ctx, s.asm.resume()); err != nil {
 		if errors.Is(err, ErrClosed) || ctx.Err() != nil {
 			return source.Tx{}, true, err

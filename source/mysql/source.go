@@ -80,6 +80,13 @@ type Source struct {
 	live    liveness
 	confirm atomic.Pointer[source.Position]
 	snap    *snapshot // the initial snapshot while Next hands it out (snapshot.go); guarded by mu
+	// The snapshot keeper (snapshot_keep.go): the Adapter's, shared by its Sources, or this
+	// Source's own (New's: Close lets go of it). readKept is the kept snapshot this Source read
+	// (guarded by mu); kept is that snapshot until a Confirm lets go of it.
+	keeper    *snapKeeper
+	ownKeeper bool
+	readKept  *keptSnap
+	kept      atomic.Pointer[keptSnap]
 
 	// Events taken from the feed and not yet handled (pending[next:]); Next's goroutine only.
 	pending []*replication.BinlogEvent
@@ -93,7 +100,7 @@ func New(cfg Config, log *slog.Logger) *Source {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Source{cfg: cfg.withDefaults(), log: log.With("source", "mysql")}
+	s := &Source{cfg: cfg.withDefaults(), log: log.With("source", "mysql"), keeper: &snapKeeper{}, ownKeeper: true}
 	s.dsn, s.cfgErr = parseDSN(cfg.DSN)
 	if s.cfgErr == nil {
 		s.captured, s.cfgErr = parseTables(cfg.Tables, s.dsn.DB)
@@ -133,6 +140,9 @@ func (s *Source) Open(ctx context.Context, from source.Position) (err error) {
 		return err
 	}
 	snap, _ := snapshotInitial(s.cfg.Snapshot)
+	if start.kind != kindNone {
+		s.keeper.releaseAny() // a position is stored: no Source reads a kept snapshot again
+	}
 	snap = snap && start.kind == kindNone // a stored position always wins
 	if start.kind == kindNone && want.mode == startUnset && !snap {
 		return s.noStartError()
@@ -415,6 +425,17 @@ func (s *Source) recover(ctx context.Context, streamErr error) error {
 // blocks and never fails; the server's binlog expiry alone decides retention.
 func (s *Source) Confirm(_ context.Context, p source.Position) error {
 	s.confirm.Store(&p)
+	if p != "" && s.kept.Load() != nil {
+		// The first position confirmed after a snapshot is its own (or later): it is stored,
+		// so its kept transaction is no longer needed (snapshot_keep.go).
+		if kept := s.kept.Swap(nil); kept != nil {
+			go func() {
+				if s.keeper.release(kept) {
+					s.log.Info("snapshot released: its position is confirmed", "position", string(p))
+				}
+			}()
+		}
+	}
 	return nil
 }
 
@@ -435,7 +456,7 @@ func (s *Source) Close() error {
 		return nil
 	}
 	s.closed = true
-	sy, f, sn := s.syncer, s.feed, s.snap
+	sy, f, sn, kept := s.syncer, s.feed, s.snap, s.readKept
 	s.syncer, s.snap = nil, nil
 	s.stopWatch()
 	s.mu.Unlock()
@@ -447,6 +468,11 @@ func (s *Source) Close() error {
 	}
 	if sn != nil {
 		sn.stop()
+	}
+	if s.ownKeeper { // no other Source reads its snapshot again (snapshot_keep.go)
+		s.keeper.releaseAny()
+	} else if kept != nil {
+		s.keeper.closed(kept, s.log)
 	}
 	return nil
 }
