@@ -149,7 +149,7 @@ func runActive(ctx context.Context, c *config.Config, ad adapter, log *slog.Logg
 	}
 	defer cl.close()
 	opts := pipeline.Options{
-		OnAccept: cl.accepted, OnCommit: cl.committed, StopOnPermanent: c.Kafka.OnPermanentError == "stop",
+		OnAccept: cl.accepted, OnCommit: cl.committed, StopOnPermanent: c.Kafka.OnPermanentError == "stop", IDColumn: c.Outbox.Columns.ID,
 		DLQBreaker: breaker,
 		NewSource: func() source.Source {
 			s := newSource()
@@ -195,7 +195,7 @@ func runExactlyOnce(ctx context.Context, c *config.Config, ad adapter, log *slog
 	}
 	defer cl.close()
 	err = pipeline.RunExactlyOnce(ctx, pipeline.EOSOptions{
-		OnAccept: cl.accepted, OnCommit: cl.committed, StopOnPermanent: c.Kafka.OnPermanentError == "stop",
+		OnAccept: cl.accepted, OnCommit: cl.committed, StopOnPermanent: c.Kafka.OnPermanentError == "stop", IDColumn: c.Outbox.Columns.ID,
 		NewSource: func() source.Source {
 			s := newSource()
 			current.Store(&s)

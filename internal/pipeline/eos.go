@@ -108,6 +108,8 @@ type EOSOptions struct {
 	// After a batch is redone from the source its chunks are accepted (and reported) again.
 	OnAccept func(tx *source.Tx)
 	// StopOnPermanent is Options.StopOnPermanent (kafka.on_permanent_error: stop).
+	// IDColumn is Options.IDColumn.
+	IDColumn string
 	StopOnPermanent bool
 	// TxnTimeout is the producer's transaction timeout (kafka.transaction_timeout): the broker
 	// aborts a Kafka transaction open longer (default 60s, as sink/kafka.DefaultTxnTimeout).
@@ -248,7 +250,7 @@ func RunExactlyOnce(ctx context.Context, o EOSOptions) error {
 		r.log.Info("resuming from the committed position", "position", string(committed), "transactional_id", o.TransactionalID)
 	}
 	cfg := r.coreConfig()
-	cfg.StopOnPermanent, cfg.StopTimeout = o.StopOnPermanent, o.ShutdownTimeout
+	cfg.StopOnPermanent, cfg.StopTimeout, cfg.IDColumn = o.StopOnPermanent, o.ShutdownTimeout, o.IDColumn
 	r.core = delivery.New(cfg, committed)
 	return runSessions(ctx, r.o.NewSource, r.o.OnOpen, r.log, func(src source.Source) { r.src = src },
 		r.core.Stored, r.stream, "what was read is committed")

@@ -79,6 +79,9 @@ type Options struct {
 	// it and the fix instead of being dead-lettered; no position at or past its transaction is
 	// stored.
 	StopOnPermanent bool
+	// IDColumn is the event id column (outbox.columns.id) the logs and errors about a record
+	// that cannot be delivered name it by, when the record has no "id" header; default "id".
+	IDColumn string
 }
 
 // Metrics receives pipeline events; every method must be cheap and non-blocking.
@@ -200,7 +203,8 @@ func Run(ctx context.Context, o Options) error {
 	}
 	r.core = delivery.New(delivery.Config{Mode: delivery.AtLeastOnce, MaxInflight: o.MaxInflight, MaxInflightBytes: o.MaxInflightBytes,
 		MaxTxs: o.MaxTxs, Route: o.Route, Classify: o.Classify, DeadLetter: deadLetterFunc(o.DLQTopic, o.MaxRecordBytes),
-		DLQTopic: o.DLQTopic, Breaker: o.DLQBreaker, StopOnPermanent: o.StopOnPermanent, StopTimeout: o.ShutdownTimeout}, stored)
+		DLQTopic: o.DLQTopic, Breaker: o.DLQBreaker, StopOnPermanent: o.StopOnPermanent, StopTimeout: o.ShutdownTimeout,
+		IDColumn: o.IDColumn}, stored)
 	return runSessions(ctx, o.NewSource, o.OnOpen, r.log, func(src source.Source) { r.src = src },
 		r.core.Stored, r.stream, "in-flight records drained and stored")
 }

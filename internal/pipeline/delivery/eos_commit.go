@@ -140,10 +140,7 @@ func (e *eosCore) log(_ time.Time, msg string, args ...any) {
 }
 
 func (e *eosCore) deadLetterEvent(it *item, f *finding) {
-	id := ""
-	if v, ok := it.row.Get("id"); ok {
-		id = string(v.Bytes)
-	}
+	id := e.core.eventID(it.row, &it.rec)
 	e.core.rd.Events = append(e.core.rd.Events, Event{Kind: EventDeadLetter, Reason: f.reason, Stage: f.stage, Msg: f.cause.Error(),
 		Topic: it.rec.Topic, Table: it.row.Table, Position: it.where.Position, After: it.where.After, RowID: id})
 }

@@ -22,7 +22,7 @@ func (e *eosCore) halt(now time.Time, it *item, stage, reason string, cause erro
 		return
 	}
 	first := e.halted == nil
-	e.halted, e.haltOrd, e.haltTx, e.haltPrev, e.haltTxs = newPermanentError(it.row, it.rec.Topic, it.where, stage, reason, cause), it.ord, it.txStart, it.prev, it.txIdx
+	e.halted, e.haltOrd, e.haltTx, e.haltPrev, e.haltTxs = newPermanentError(e.core.eventID(it.row, &it.rec), it.row, it.rec.Topic, it.where, stage, reason, cause), it.ord, it.txStart, it.prev, it.txIdx
 	e.core.rd.Events = append(e.core.rd.Events, e.halted.event())
 	if first {
 		deadline := now.Add(e.cfg.StopTimeout)

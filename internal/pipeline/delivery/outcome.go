@@ -72,10 +72,7 @@ func (a *alo) deadLetter(now time.Time, f *flight, stage, reason string, cause e
 		a.halt(now, f, stage, reason, cause)
 		return
 	}
-	id := ""
-	if v, ok := f.row.Get("id"); ok {
-		id = string(v.Bytes)
-	}
+	id := a.c.eventID(f.row, &f.rec)
 	a.c.rd.Events = append(a.c.rd.Events, Event{Kind: EventDeadLetter, Reason: reason, Stage: stage, Msg: cause.Error(),
 		Topic: f.rec.Topic, Table: f.row.Table, Position: f.where.Position, After: f.where.After, RowID: id})
 	if b := &a.c.cfg.Breaker; b.Record(true) {

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/source"
 )
 
@@ -83,11 +84,7 @@ func orStart(p source.Position) string {
 	return string(p)
 }
 
-func newPermanentError(row *source.Row, topic string, where Where, stage, reason string, cause error) *PermanentError {
-	id := ""
-	if v, ok := row.Get("id"); ok {
-		id = string(v.Bytes)
-	}
+func newPermanentError(id string, row *source.Row, topic string, where Where, stage, reason string, cause error) *PermanentError {
 	return &PermanentError{Stage: stage, Reason: reason, Topic: topic, Table: row.Table, RowID: id, Where: where, Cause: cause}
 }
 
@@ -107,7 +104,7 @@ func (a *alo) halt(now time.Time, f *flight, stage, reason string, cause error) 
 		return
 	}
 	first := a.halted == nil
-	a.halted, a.haltOrd = newPermanentError(f.row, f.rec.Topic, f.where, stage, reason, cause), f.ord
+	a.halted, a.haltOrd = newPermanentError(a.c.eventID(f.row, &f.rec), f.row, f.rec.Topic, f.where, stage, reason, cause), f.ord
 	a.c.rd.Events = append(a.c.rd.Events, a.halted.event())
 	if !first {
 		return
@@ -144,4 +141,25 @@ func (a *alo) finishHalt() {
 		e.note("the drain timed out (" + a.timedOut + ")")
 	}
 	a.c.fail(e)
+}
+
+// eventID is the event id of a record that cannot be delivered, for logs and errors: its "id"
+// header when the transform built one (also a tableless-outbox message's), else the row's
+// IDColumn (outbox.columns.id), else "".
+func (c *Core) eventID(row *source.Row, rec *sink.Record) string {
+	for _, h := range rec.Headers {
+		if h.Key == "id" {
+			return string(h.Value)
+		}
+	}
+	col := c.cfg.IDColumn
+	if col == "" {
+		col = "id"
+	}
+	if row != nil {
+		if v, ok := row.Get(col); ok && !v.Null {
+			return string(v.Bytes)
+		}
+	}
+	return ""
 }
