@@ -105,7 +105,7 @@ func (p *PubShape) Problems(need []string) []Problem {
 	}
 	pub := quoteIdent(p.Name)
 	var out []Problem
-	if !p.Insert {
+	if !p.Insert && len(p.Tables) > 0 { // no table (the tableless outbox): messages do not depend on it
 		out = append(out, Problem{
 			What: fmt.Sprintf("publication %q does not publish inserts (publish does not contain 'insert'): no outbox row is streamed", p.Name),
 			Fix:  fmt.Sprintf("ALTER PUBLICATION %s SET (publish = 'insert') (keep the other operations other subscribers need, e.g. 'insert, update')", pub)})

@@ -240,7 +240,7 @@ func (s *Source) coverageVerdict(now *PubShape) error {
 		"may be missing from the replication stream for good, even once the publication is fixed. outboxd stops. "+
 		"To recover: %s; drop and re-create the slot (SELECT pg_drop_replication_slot('%s'); SELECT pg_create_logical_replication_slot('%s', 'pgoutput')), "+
 		"run `outboxd offsets set -c FILE --position <its confirmed_flush_lsn>` and restart; then re-publish the rows committed after %s and before the new slot was created from the outbox table (same ids: consumers deduplicate): %w",
-		s.cfg.Publication, strings.Join(what, "; "), strings.Join(s.cfg.Tables, ", "), since,
+		s.cfg.Publication, strings.Join(what, "; "), tablesText(s.cfg.Tables), since,
 		fix, slot, slot, handed, source.ErrPositionLost)
 }
 
@@ -278,4 +278,13 @@ func (s *Source) refuseAge(hits []AgeHit, from pglogrepl.LSN, note string) error
 		"outboxd refuses to start rather than skip them. To recover: re-publish the rows committed after %s up to the change from the outbox table (same ids: consumers deduplicate), "+
 		"drop and re-create the slot (SELECT pg_drop_replication_slot('%s'); SELECT pg_create_logical_replication_slot('%s', 'pgoutput')), run `outboxd offsets set -c FILE --position <its confirmed_flush_lsn>` and restart: %w",
 		pub, slot, what, from, from, slot, slot, source.ErrPositionLost)
+}
+
+// tablesText names the configured tables in an error; with none (the tableless outbox), any
+// table the publication streams.
+func tablesText(tables []string) string {
+	if len(tables) == 0 {
+		return "any table the publication streams (source.tables is empty)"
+	}
+	return strings.Join(tables, ", ")
 }

@@ -370,8 +370,9 @@ func (s *Source) validate() error {
 	if s.cfg.DSN == "" {
 		return errors.New("source.dsn is empty: set the PostgreSQL connection string")
 	}
-	if len(s.cfg.Tables) == 0 {
-		return errors.New("source.tables is empty: list the outbox tables as schema.table")
+	if len(s.cfg.Tables) == 0 && s.cfg.MessagePrefix == "" {
+		// With source.postgres.messages (the tableless outbox) no table is needed.
+		return errors.New("source.tables is empty: list the outbox tables as schema.table, or set source.postgres.messages to carry events without a table (PostgreSQL 14+)")
 	}
 	for _, t := range s.cfg.Tables {
 		if schema, name := splitTable(t); schema == "" || name == "" {

@@ -43,6 +43,12 @@ func (s *Source) setup(ctx context.Context, from pglogrepl.LSN) (_ *pgconn.PgCon
 		return nil, nil, err
 	}
 	takeSnapshot := s.cfg.Snapshot == SnapshotInitial && from == 0
+	if takeSnapshot && len(s.cfg.Tables) == 0 {
+		// The tableless outbox keeps no rows to snapshot: events written before the slot
+		// existed are in no table, and the slot streams from its own start either way.
+		s.log.Info("snapshot: initial: source.tables is empty (the tableless outbox), so there is no table to snapshot; streaming from the slot's start")
+		takeSnapshot = false
+	}
 	if from != 0 { // a stored position: any snapshot this process kept is behind it (snapshot_keep.go)
 		s.keeper.releaseAny()
 	}
@@ -211,6 +217,9 @@ func (s *Source) ensurePublication(ctx context.Context, conn *pgx.Conn) error {
 	if !shape.Exists {
 		sql := createPublicationSQL(shape)
 		if _, err := conn.Exec(ctx, sql); err != nil {
+			if len(s.cfg.Tables) == 0 {
+				return fmt.Errorf("create publication %q (source.postgres.publication) with no table (source.tables is empty: the tableless outbox): %w: the role needs CREATE on the database; or create it as a role that has (%s)", pub, err, sql)
+			}
 			return fmt.Errorf("create publication %q (source.postgres.publication) for %s: %w: check that the tables in source.tables exist and the role owns them", pub, strings.Join(s.cfg.Tables, ", "), err)
 		}
 		s.log.Info("publication created", "publication", pub, "tables", s.cfg.Tables, "sql", sql)
@@ -230,8 +239,13 @@ func (s *Source) ensurePublication(ctx context.Context, conn *pgx.Conn) error {
 }
 
 // createPublicationSQL is outboxd's publication for the configured tables: inserts only, and
-// partitioned tables published under the root's name.
+// partitioned tables published under the root's name. With no table (the tableless outbox) it
+// is an empty publication: pgoutput sends logical decoding messages whatever the publication
+// lists (messages 'true'), but START_REPLICATION needs one to exist.
 func createPublicationSQL(shape *PubShape) string {
+	if len(shape.Tables) == 0 {
+		return fmt.Sprintf("CREATE PUBLICATION %s WITH (publish = 'insert')", quoteIdent(shape.Name))
+	}
 	idents := make([]string, len(shape.Tables))
 	viaRoot := false
 	for i, t := range shape.Tables {
