@@ -159,8 +159,12 @@ func publicationChecks(ctx context.Context, conn *pgx.Conn, shape *PubShape, cfg
 		var out []CheckResult
 		var canCreate bool
 		conn.QueryRow(ctx, "SELECT has_database_privilege(current_database(), 'CREATE')").Scan(&canCreate)
+		absent := "absent, will be created: "
+		if len(shape.Tables) == 0 {
+			absent = "absent, will be created with no table (source.tables is empty, the tableless outbox: only logical decoding messages are streamed): "
+		}
 		if canCreate || super {
-			out = append(out, CheckResult{Name: name, OK: true, Reason: "absent, will be created: " + createPublicationSQL(shape)})
+			out = append(out, CheckResult{Name: name, OK: true, Reason: absent + createPublicationSQL(shape)})
 		} else {
 			out = append(out, CheckResult{Name: name, Reason: "absent and the role may not create it",
 				Fix: createPublicationSQL(shape) + " as an owner of the tables"})
