@@ -8,23 +8,138 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxd/outboxd/source"
 )
 
 // Preflight runs the PostgreSQL checks of `outboxd check` (Preflight) and reports each line in
 // order. The stored position does not matter to them (Open settles it against the slot).
-func (a *Adapter) Preflight(ctx context.Context, _ func(context.Context) (source.Position, error), report func(name string, ok bool, reason, fix string)) {
-	for _, r := range Preflight(ctx, Config{DSN: a.cfg.DSN, Tables: a.cfg.Tables, Slot: a.cfg.Slot,
-		Publication: a.cfg.Publication, Columns: a.cfg.Columns, MessagePrefix: a.cfg.MessagePrefix}) {
+//
+// With source.postgres.snapshot: initial and no stored position, a "snapshot" line says what the
+// next run does first (snapshotCheck); a nil stored (positions in a store check does not read)
+// says the snapshot depends on it.
+func (a *Adapter) Preflight(ctx context.Context, stored func(context.Context) (source.Position, error), report func(name string, ok bool, reason, fix string)) {
+	res := Preflight(ctx, Config{DSN: a.cfg.DSN, Tables: a.cfg.Tables, Slot: a.cfg.Slot,
+		Publication: a.cfg.Publication, Columns: a.cfg.Columns, MessagePrefix: a.cfg.MessagePrefix})
+	for _, r := range res {
 		report(r.Name, r.OK, r.Reason, r.Fix)
 	}
+	if a.cfg.Snapshot != SnapshotInitial || len(res) == 0 || !res[0].OK { // off, or the server is unreachable
+		return
+	}
+	if stored == nil {
+		report("snapshot", true, "source.postgres.snapshot: initial: a run that finds no stored position in the offsets store (not read by check) publishes the rows already in the tables first", "")
+		return
+	}
+	if pos, err := stored(ctx); err != nil || pos != "" {
+		return // a stored position: no snapshot (a damaged store is reported by the pipeline's check)
+	}
+	r := a.snapshotCheck(ctx)
+	report(r.Name, r.OK, r.Reason, r.Fix)
+}
+
+// snapshotCheck is `outboxd check`'s snapshot line when source.postgres.snapshot: initial and no
+// position is stored: the next run creates the slot with an exported snapshot, or drops the
+// existing slot (a pgoutput slot; one of another kind is refused, never dropped) and takes the
+// snapshot again, and publishes the tables' rows (counted now; an estimate when counting takes
+// over 5 s) first. It fails for a table the snapshot cannot read and for an outbox.order_column
+// a table lacks, as Open does.
+func (a *Adapter) snapshotCheck(ctx context.Context) CheckResult {
+	const name = "snapshot"
+	conn, err := connectSession(ctx, a.cfg.DSN)
+	if err != nil {
+		return CheckResult{Name: name, Reason: err.Error(), Fix: "check source.dsn"}
+	}
+	defer conn.Close(context.Background())
+	var plugin *string
+	err = conn.QueryRow(ctx, "SELECT plugin FROM pg_replication_slots WHERE slot_name = $1", a.cfg.Slot).Scan(&plugin)
+	exists := err == nil
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return CheckResult{Name: name, Reason: "look up slot " + a.cfg.Slot + ": " + err.Error(), Fix: "check the role may read pg_replication_slots"}
+	}
+	if exists && (plugin == nil || *plugin != "pgoutput") {
+		return CheckResult{Name: name, Reason: fmt.Sprintf("slot %s exists but is not a pgoutput logical slot: the run refuses it (it never drops it)", a.cfg.Slot),
+			Fix: "drop it or choose another source.postgres.slot"}
+	}
+	var counts []string
+	for _, t := range a.cfg.Tables {
+		cols, err := readScanColumns(ctx, conn, t)
+		if err != nil {
+			return CheckResult{Name: name, Reason: err.Error(), Fix: "see the table lines"}
+		}
+		if oc := a.cfg.OrderColumn; oc != "" && !slices.Contains(cols.names, oc) {
+			return CheckResult{Name: name, Reason: fmt.Sprintf("outbox.order_column %q is not a column of %s, and the snapshot orders its rows by it", oc, t),
+				Fix: "add the column, fix outbox.order_column, or remove it (the table's own order)"}
+		}
+		n, err := countRows(ctx, conn, t)
+		if err != nil {
+			return CheckResult{Name: name, Reason: err.Error(), Fix: "GRANT SELECT ON " + tableIdent(t) + " to the role"}
+		}
+		counts = append(counts, n+" of "+t)
+	}
+	what := "publishes " + rowsOf(counts) + " first"
+	if exists {
+		return CheckResult{Name: name, OK: true, Reason: fmt.Sprintf("the next run drops the existing slot %s (no stored position) and takes the snapshot again: it %s (source.postgres.snapshot: initial)", a.cfg.Slot, what)}
+	}
+	return CheckResult{Name: name, OK: true, Reason: fmt.Sprintf("the next run creates slot %s with an exported snapshot and %s (source.postgres.snapshot: initial)", a.cfg.Slot, what)}
+}
+
+// countRows counts table's rows ("N rows"), or, when that takes over 5 s, gives the planner's
+// estimate ("about N rows").
+func countRows(ctx context.Context, conn *pgx.Conn, table string) (string, error) {
+	var n int64
+	_, err := conn.Exec(ctx, "SET statement_timeout = '5s'")
+	if err == nil {
+		err = conn.QueryRow(ctx, "SELECT count(*) FROM "+tableIdent(table)).Scan(&n)
+	}
+	if err == nil {
+		return rowCount(n, false), nil
+	}
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "57014" { // query_canceled
+		return "", fmt.Errorf("count the rows of %s: %w", table, err)
+	}
+	var est float64
+	if err := conn.QueryRow(ctx, "SELECT reltuples FROM pg_class WHERE oid = $1::regclass", tableIdent(table)).Scan(&est); err != nil {
+		return "", fmt.Errorf("estimate the rows of %s: %w", table, err)
+	}
+	return rowCount(int64(max(est, 0)), true), nil
+}
+
+// rowCount is "1 row", "N rows" or "about N rows". Pure.
+func rowCount(n int64, estimate bool) string {
+	s := fmt.Sprintf("%d rows", n)
+	if n == 1 {
+		s = "1 row"
+	}
+	if estimate {
+		s = "about " + s
+	}
+	return s
+}
+
+// rowsOf joins "N rows of T" parts: "3 rows of a", "3 rows of a and 1 row of b", "…, … and …". Pure.
+func rowsOf(parts []string) string {
+	switch len(parts) {
+	case 0:
+		return "no rows (source.tables is empty)"
+	case 1:
+		return parts[0]
+	}
+	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
 }
 
 // NoStoredPosition says what the next run does without a stored position.
 func (a *Adapter) NoStoredPosition() string {
+	if a.cfg.Snapshot == SnapshotInitial {
+		return fmt.Sprintf("with source.postgres.snapshot: initial the next run publishes the rows already in the tables first: it creates slot %s with an exported snapshot, "+
+			"or, when slot %s exists (it has no stored position), drops it and takes the snapshot again; then it streams from the slot's start", a.cfg.Slot, a.cfg.Slot)
+	}
 	return "the next run starts at the slot's confirmed position, or at the WAL end when it creates the slot"
 }
 
@@ -74,13 +189,19 @@ func (a *Adapter) ShowOffsets(ctx context.Context, stored source.Position, w io.
 	}
 	slot := a.cfg.Slot
 	fmt.Fprintf(w, "server WAL end:       %s\n", s.walEnd)
+	snap := stored == "" && a.cfg.Snapshot == SnapshotInitial
 	if !s.exists {
 		fmt.Fprintf(w, "slot %s:        absent (created by the next run", slot)
 		if stored != "" {
 			fmt.Fprint(w, "; with a stored position the run refuses to start: the events after it are lost")
+		} else if snap {
+			fmt.Fprint(w, " with an exported snapshot: the rows already in the tables are published first, source.postgres.snapshot: initial")
 		}
 		fmt.Fprintln(w, ")")
 		return nil
+	}
+	if snap {
+		fmt.Fprintf(w, "next run:             drops slot %s (no stored position) and takes the snapshot again (source.postgres.snapshot: initial)\n", slot)
 	}
 	fmt.Fprintf(w, "slot %s confirmed_flush_lsn: %s\n", slot, orNone(s.confirmed, "-"))
 	fmt.Fprintf(w, "slot restart_lsn:     %s (wal_status %s, retains %s bytes)\n", orNone(s.restart, "-"), orNone(s.walStatus, "-"), orNone(s.retainedByte, "?"))
