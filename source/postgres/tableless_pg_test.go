@@ -235,3 +235,17 @@ func TestNoTablesPublicationWithTables(t *testing.T) {
 		return
 	}
 }
+
+// TestNoTablesSnapshotInitial: snapshot: initial with no table has nothing to snapshot: Open
+// creates the slot as for never (logged), hands out no snapshot transaction, and streams.
+func TestNoTablesSnapshotInitial(t *testing.T) {
+	dsn, conn := testDB(t, "notablessnap")
+	emit(t, conn, true, testPrefix, "before the slot") // in no table: not snapshotted, not streamed
+	s := newNoTableSource(dsn, "notablessnap", func(c *Config) { c.Snapshot = SnapshotInitial })
+	open(t, s, "")
+	emit(t, conn, true, testPrefix, "after")
+	if tx := nextRows(t, s); len(tx.Rows) != 1 || string(tx.Rows[0].Values[0].Bytes) != "after" || tx.More {
+		t.Fatalf("first transaction %+v, want the message emitted after Open alone", tx)
+	}
+	noNext2(t, s)
+}
