@@ -104,12 +104,13 @@ func (a *Adapter) checkStart(ctx context.Context, stored func(context.Context) (
 	}
 	what := "stored position " + string(pos)
 	if snap, _ := snapshotInitial(a.set.Snapshot); pos == "" && snap {
-		if err := CheckSnapshot(ctx, a.Config()); err != nil {
+		rows, err := snapshotPlan(ctx, a.Config(), true)
+		if err != nil {
 			report(name, false, "none stored, and source.mysql.snapshot: initial cannot be taken: "+err.Error(),
 				"see the reason; or set source.mysql.snapshot: never and source.mysql.start")
 			return
 		}
-		report(name, true, "none stored; the run publishes the rows already in the outbox tables (source.mysql.snapshot: initial), then streams from the snapshot's binlog position", "")
+		report(name, true, snapshotLine(rows, a.set.Start), "") // snapshot_check.go
 		return
 	}
 	if pos == "" {

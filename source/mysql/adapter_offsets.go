@@ -12,6 +12,13 @@ import (
 
 // NoStoredPosition says what the next run does without a stored position.
 func (a *Adapter) NoStoredPosition() string {
+	if snap, _ := snapshotInitial(a.set.Snapshot); snap {
+		m := "with source.mysql.snapshot: initial the next run takes a snapshot: it publishes the rows already in the outbox tables from one consistent read, then streams the binlog from the snapshot's position"
+		if a.set.Start != "" {
+			m += "; source.mysql.start (" + a.set.Start + ") is ignored"
+		}
+		return m
+	}
 	if a.set.Start == "" {
 		return "the next run refuses to start until source.mysql.start is set (current | earliest | a position), or a position is stored with `outboxd offsets set`"
 	}
@@ -33,6 +40,8 @@ func (a *Adapter) ShowOffsets(ctx context.Context, stored source.Position, w io.
 		} else {
 			fmt.Fprintf(w, "stored position servable: yes\n")
 		}
+	} else if snap, _ := snapshotInitial(a.set.Snapshot); snap {
+		fmt.Fprintf(w, "next run starts at:   a snapshot of the outbox tables (source.mysql.snapshot: initial), then the binlog from its position\n")
 	} else if s := a.set.Start; s != "" {
 		fmt.Fprintf(w, "next run starts at:   source.mysql.start: %s\n", s)
 	}

@@ -3,7 +3,10 @@ package mysql
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
+
+	"github.com/go-mysql-org/go-mysql/client"
 )
 
 // CheckSnapshot reports why source.mysql.snapshot: initial could not be taken on the server, for
@@ -13,31 +16,109 @@ import (
 // READ LOCK, see snapshot.go), read from SHOW GRANTS (privileges granted through a role that is
 // not active by default are not seen). It opens its own connection, bounded by ctx.
 func CheckSnapshot(ctx context.Context, cfg Config) error {
-	s := New(cfg, nil)
-	if s.cfgErr != nil {
-		return s.cfgErr
-	}
-	c, err := connect(ctx, s.dsn)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	info, err := readServerInfo(c)
-	if err != nil {
-		return err
-	}
-	for _, name := range cfg.Tables {
-		t, err := s.loadScanTable(c, name)
+	_, err := snapshotPlan(ctx, cfg, false)
+	return err
+}
+
+// snapshotPlan is CheckSnapshot; with count, it also says how many rows the snapshot would
+// publish now: "N rows of T", joined for several tables (rowsOf), counted (an estimate when
+// counting takes over 5 s).
+func snapshotPlan(ctx context.Context, cfg Config, count bool) (string, error) {
+	var counts []string
+	err := func() error {
+		s := New(cfg, nil)
+		if s.cfgErr != nil {
+			return s.cfgErr
+		}
+		c, err := connect(ctx, s.dsn)
 		if err != nil {
 			return err
 		}
-		if _, err := t.orderBy(cfg.OrderColumn); err != nil {
+		defer c.Close()
+		info, err := readServerInfo(c)
+		if err != nil {
 			return err
 		}
-		if _, err := query(c, "SELECT 1 FROM "+t.from()+" LIMIT 0"); err != nil {
-			return fmt.Errorf("cannot read table %s (GRANT SELECT ON %s TO the outboxd user): %w", name, t.from(), err)
+		for _, name := range cfg.Tables {
+			t, err := s.loadScanTable(c, name)
+			if err != nil {
+				return err
+			}
+			if _, err := t.orderBy(cfg.OrderColumn); err != nil {
+				return err
+			}
+			if _, err := query(c, "SELECT 1 FROM "+t.from()+" LIMIT 0"); err != nil {
+				return fmt.Errorf("cannot read table %s (GRANT SELECT ON %s TO the outboxd user): %w", name, t.from(), err)
+			}
+			if count {
+				n, err := countTableRows(c, t, info.mariadb)
+				if err != nil {
+					return err
+				}
+				counts = append(counts, n+" of "+name)
+			}
+		}
+		return snapshotServerCheck(c, info)
+	}()
+	return rowsOf(counts), err
+}
+
+// countTableRows counts t's rows ("N rows"), or, when that takes over 5 s, gives InnoDB's
+// estimate ("about N rows").
+func countTableRows(c *client.Conn, t *scanTable, mariadb bool) (string, error) {
+	q := "SELECT /*+ MAX_EXECUTION_TIME(5000) */ COUNT(*) FROM " + t.from()
+	if mariadb {
+		q = "SET STATEMENT max_statement_time = 5 FOR SELECT COUNT(*) FROM " + t.from()
+	}
+	rows, err := query(c, q)
+	if err == nil && len(rows) == 1 && len(rows[0]) == 1 {
+		n, perr := strconv.ParseInt(rows[0][0], 10, 64)
+		if perr == nil {
+			return rowCount(n, false), nil
 		}
 	}
+	if err == nil {
+		return "", fmt.Errorf("count the rows of %s: unexpected answer %v", t.name, rows)
+	}
+	if me := myError(err); me == nil || (me.Code != 1969 && me.Code != 3024) { // ER_STATEMENT_TIMEOUT, ER_QUERY_TIMEOUT
+		return "", fmt.Errorf("count the rows of %s: %w", t.name, err)
+	}
+	rows, err = query(c, "SELECT IFNULL(TABLE_ROWS, 0) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", t.key.DB, t.key.Table)
+	if err != nil {
+		return "", fmt.Errorf("estimate the rows of %s: %w", t.name, err)
+	}
+	if len(rows) != 1 {
+		return "", fmt.Errorf("estimate the rows of %s: not in information_schema.TABLES", t.name)
+	}
+	n, _ := strconv.ParseInt(rows[0][0], 10, 64)
+	return rowCount(n, true), nil
+}
+
+// rowCount is "1 row", "N rows" or "about N rows". Pure.
+func rowCount(n int64, estimate bool) string {
+	s := fmt.Sprintf("%d rows", n)
+	if n == 1 {
+		s = "1 row"
+	}
+	if estimate {
+		s = "about " + s
+	}
+	return s
+}
+
+// rowsOf joins "N rows of T" parts: "3 rows of a", "3 rows of a and 1 row of b". Pure.
+func rowsOf(parts []string) string {
+	switch len(parts) {
+	case 0:
+		return "no rows"
+	case 1:
+		return parts[0]
+	}
+	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
+}
+
+// snapshotServerCheck: the server can give the snapshot's binlog position (see CheckSnapshot).
+func snapshotServerCheck(c *client.Conn, info serverInfo) error {
 	if info.mariadb {
 		rows, err := query(c, "SHOW STATUS LIKE 'binlog_snapshot_file'")
 		if err != nil {
@@ -76,4 +157,14 @@ func hasReload(rows [][]string) bool {
 		}
 	}
 	return false
+}
+
+// snapshotLine is `outboxd check`'s start line when source.mysql.snapshot: initial takes a
+// snapshot (rows: rowsOf). Pure.
+func snapshotLine(rows, start string) string {
+	s := "none stored; the next run takes a snapshot and publishes " + rows + " first (source.mysql.snapshot: initial), then streams from the snapshot's binlog position"
+	if start != "" {
+		s += "; source.mysql.start (" + start + ") is ignored"
+	}
+	return s
 }

@@ -279,9 +279,17 @@ func TestSnapshotCheck(t *testing.T) {
 		})
 		return ok, reason
 	}
-	s := Settings{DSN: m.DSN("app"), Tables: []string{"app.ob"}, Snapshot: SnapshotInitial}
-	if ok, reason := check(s); !ok || !strings.Contains(reason, "snapshot: initial") {
+	mustExec(t, db(t, m), "CREATE TABLE ob2 (id BIGINT NOT NULL PRIMARY KEY)")
+	mustExec(t, db(t, m), "INSERT INTO ob VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+	mustExec(t, db(t, m), "INSERT INTO ob2 VALUES (1)")
+	s := Settings{DSN: m.DSN("app"), Tables: []string{"app.ob", "app.ob2"}, Snapshot: SnapshotInitial}
+	if ok, reason := check(s); !ok || reason != snapshotLine("3 rows of app.ob and 1 row of app.ob2", "") {
 		t.Errorf("snapshot possible: %v %q", ok, reason)
+	}
+	var b strings.Builder
+	if err := NewAdapter(s, nil).ShowOffsets(context.Background(), "", &b); err != nil || !strings.Contains(b.String(),
+		"next run starts at:   a snapshot of the outbox tables (source.mysql.snapshot: initial), then the binlog from its position") {
+		t.Errorf("offsets show: %v\n%s", err, b.String())
 	}
 	bad := s
 	bad.OrderColumn = "nope"
