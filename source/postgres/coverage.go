@@ -192,7 +192,10 @@ func generatedProblems(t *TableShape, label string, need []string) []Problem {
 
 // Changes describes how the coverage identity differs from base (read at Open): any
 // pg_publication, pg_publication_rel or pg_publication_namespace row, or any configured table or
-// inheritance child, that is gone, new or replaced. An empty result means nothing changed.
+// inheritance child, that is gone, new or replaced. An empty result means nothing changed. With
+// no configured table (the tableless outbox) only a dropped or re-created publication counts:
+// an ALTER PUBLICATION changes no message, and a table it adds stops the stream at its first
+// row (attribution.go, notAttributed).
 func Changes(base, now *PubShape) []string {
 	var out []string
 	switch {
@@ -200,7 +203,7 @@ func Changes(base, now *PubShape) []string {
 		return []string{fmt.Sprintf("publication %q was dropped", base.Name)}
 	case now.OID != base.OID:
 		out = append(out, fmt.Sprintf("publication %q was dropped and created again (oid %d -> %d)", base.Name, base.OID, now.OID))
-	case now.Xmin != base.Xmin:
+	case now.Xmin != base.Xmin && len(base.Tables) > 0: // no table: its options change no message
 		out = append(out, fmt.Sprintf("publication %q was altered (ALTER PUBLICATION ... SET/RENAME/OWNER; now publish insert=%t, publish_via_partition_root=%t, all tables=%t)",
 			base.Name, now.Insert, now.ViaRoot, now.AllTables))
 	}

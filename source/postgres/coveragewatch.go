@@ -60,6 +60,11 @@ type covState struct {
 	base    atomic.Pointer[PubShape] // the shape read at Open
 	version int                      // server_version_num
 	single  bool                     // base.singleRelation(): the fast path for data transactions applies
+	// none: no configured table (the tableless outbox). No row can go missing through the
+	// publication — pgoutput sends logical decoding messages whatever it lists — so the stream
+	// hands out without waiting for a reading (stream.go, cleared); the watch still stops on a
+	// dropped or re-created publication (the walsender needs it).
+	none bool
 
 	passed atomic.Uint64 // positions up to this LSN are vouched for by a passed reading
 	want   atomic.Bool   // the stream loop waits for a check to pass: wake it
@@ -228,7 +233,7 @@ func (s *Source) coverageVerdict(now *PubShape) error {
 	// transaction (BEGIN; INSERT; ALTER PUBLICATION … DROP TABLE; INSERT; COMMIT) drops the
 	// rows after it from that very transaction, with no Relation message to gate on. Name the
 	// last vouched position, so that the rows to re-publish include them.
-	if passed := pglogrepl.LSN(s.ext.cov.passed.Load()); passed != 0 && passed < handed {
+	if passed := pglogrepl.LSN(s.ext.cov.passed.Load()); passed != 0 && passed < handed && !s.ext.cov.none {
 		since = fmt.Sprintf("%s — the last position a passed coverage check vouched for; outboxd handed out transactions up to %s (%s) without a check "+
 			"(one outbox table: the fast path), and a publication change made inside one of them drops that transaction's later rows, "+
 			"so the stored and confirmed positions may be past such rows —", passed, handed, at)

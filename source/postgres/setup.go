@@ -235,6 +235,7 @@ func (s *Source) ensurePublication(ctx context.Context, conn *pgx.Conn) error {
 	}
 	s.ext.cov.base.Store(shape)
 	s.ext.cov.single = shape.singleRelation()
+	s.ext.cov.none = len(shape.Tables) == 0
 	return nil
 }
 

@@ -217,7 +217,7 @@ func (st *stream) handed() {
 // relation and such a check covers the last transaction that came with a Relation message.
 func (st *stream) cleared() bool {
 	passed := pglogrepl.LSN(st.s.ext.cov.passed.Load())
-	if passed >= st.outLSN {
+	if passed >= st.outLSN || st.s.ext.cov.none { // none: no table, nothing the publication can lose
 		return true
 	}
 	return len(st.out.Rows) > 0 && st.s.ext.cov.single && !st.relSeen && passed >= st.relLSN

@@ -82,7 +82,7 @@ func TestNoTablesMessages(t *testing.T) {
 	inTx(t, conn, false, func(tx pgx.Tx) {
 		emit(t, tx, true, testPrefix, `{"m":1}`)
 		exec(t, conn, `INSERT INTO public.other (note) VALUES ('not published')`) // another session's, autocommit
-		insertEvent(t, tx, sourcetest.NewEvent("x")) // public.outbox is not configured nor published: not streamed
+		insertEvent(t, tx, sourcetest.NewEvent("x"))                              // public.outbox is not configured nor published: not streamed
 		emit(t, tx, true, testPrefix, `{"m":2}`)
 	})
 	inTx(t, conn, true, func(tx pgx.Tx) { emit(t, tx, true, testPrefix, `{"rolledback":1}`) })
@@ -248,4 +248,50 @@ func TestNoTablesSnapshotInitial(t *testing.T) {
 		t.Fatalf("first transaction %+v, want the message emitted after Open alone", tx)
 	}
 	noNext2(t, s)
+}
+
+// TestNoTablesPublicationChanges: with no table an ALTER PUBLICATION changes no message, so the
+// stream goes on; a dropped publication still stops it (the walsender needs it), naming it.
+func TestNoTablesPublicationChanges(t *testing.T) {
+	dsn, conn := testDB(t, "notablesalter")
+	s := newNoTableSource(dsn, "notablesalter", nil)
+	open(t, s, "")
+	exec(t, conn, `ALTER PUBLICATION notablesalter SET (publish = 'insert, update')`)
+	var at string
+	if err := conn.QueryRow(context.Background(), `SELECT pg_current_wal_flush_lsn()::text`).Scan(&at); err != nil {
+		t.Fatal(err)
+	}
+	altered, err := ParseLSN(source.Position(at))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A coverage reading after the ALTER passes (it would stop the stream with a table).
+	if err := harness.Until(10*time.Second, harness.Interval, func() error {
+		if p := s.ext.cov.passed.Load(); p < uint64(altered) {
+			return fmt.Errorf("no passed coverage reading at or after the ALTER (%s); passed %d", at, p)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		emit(t, conn, true, testPrefix, fmt.Sprintf("after alter %d", i))
+		if tx := nextRows(t, s); string(tx.Rows[0].Values[0].Bytes) != fmt.Sprintf("after alter %d", i) {
+			t.Fatalf("message %d: %+v", i, tx.Rows[0])
+		}
+	}
+	exec(t, conn, `DROP PUBLICATION notablesalter`)
+	emit(t, conn, true, testPrefix, "after drop")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		_, err := s.Next(ctx)
+		if err == nil {
+			continue // the message may still come before the watch reads the catalog
+		}
+		if !strings.Contains(err.Error(), `publication "notablesalter" was dropped`) {
+			t.Fatalf("Next: %v, want the stop naming the dropped publication", err)
+		}
+		return
+	}
 }
