@@ -196,6 +196,11 @@ func adapterFor(c *config.Config, log *slog.Logger) (adapter, error) {
 		}
 		return nil, &config.Error{Key: "source", Msg: err.Error()}
 	}
+	if ms, ok := a.(messageSource); len(c.Source.Tables) == 0 && (!ok || ms.MessagePrefix() == "") {
+		// config lets source.tables be empty with source.postgres.messages; only an adapter
+		// that carries events as messages (the tableless outbox) needs no table.
+		return nil, &config.Error{Key: "source.tables", Msg: fmt.Sprintf("is empty: list at least one outbox table; source.type %s reads events only from tables (source.postgres.messages, the tableless outbox, is PostgreSQL's)", c.Source.Type)}
+	}
 	return a, nil
 }
 

@@ -26,3 +26,25 @@ kafka: {brokers: ['127.0.0.1:1']}
 		}
 	}
 }
+
+// TestNoTablesOnlyWithMessages: Parse (config and the adapter's checks) accepts no
+// source.tables only for an adapter carrying events as messages: PostgreSQL with
+// source.postgres.messages; MySQL, even with a source.postgres.messages block, is refused
+// naming source.tables.
+func TestNoTablesOnlyWithMessages(t *testing.T) {
+	k := "\nkafka: {brokers: ['k:9092']}\n"
+	if _, err := Parse([]byte("source: {type: postgres, dsn: 'postgres://x@h/db', postgres: {messages: {}}}"+k), noEnv); err != nil {
+		t.Errorf("postgres with messages and no table: %v", err)
+	}
+	for _, y := range []string{
+		"source: {type: postgres, dsn: 'postgres://x@h/db'}",
+		"source: {type: mysql, dsn: 'u:p@tcp(h:3306)/'}",
+		"source: {type: mysql, dsn: 'u:p@tcp(h:3306)/', postgres: {messages: {}}}",
+		"source: {type: mysql, dsn: 'u:p@tcp(h:3306)/', tables: [], postgres: {messages: {prefix: a.b}}}",
+	} {
+		_, err := Parse([]byte(y+k), noEnv)
+		if !config.IsConfigError(err) || !strings.Contains(err.Error(), "source.tables") {
+			t.Errorf("%s: err = %v, want a config error naming source.tables", y, err)
+		}
+	}
+}

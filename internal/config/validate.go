@@ -99,9 +99,10 @@ func (c *Config) Validate(sourceTypes ...string) error {
 	if c.Source.DSN == "" {
 		return &Error{Key: "source.dsn", Msg: "is required"}
 	}
-	if len(c.Source.Tables) == 0 && (c.Source.Type != "postgres" || c.Source.Postgres.Messages == nil) {
+	if len(c.Source.Tables) == 0 && c.Source.Postgres.Messages == nil {
 		// Only the tableless outbox (source.postgres.messages, PostgreSQL 14+) carries events
-		// without a table; every other setup reads its events from the tables listed here.
+		// without a table; every other setup reads its events from the tables listed here. A
+		// source type without messages refuses no table itself (internal/app, adapterFor).
 		return &Error{Key: "source.tables", Msg: "list at least one outbox table (schema.table or db.table); it may be empty only with source.type postgres and source.postgres.messages set (the tableless outbox)"}
 	}
 	for i, t := range c.Source.Tables {
