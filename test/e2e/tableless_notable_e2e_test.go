@@ -16,7 +16,8 @@ import (
 // TestTablelessOutboxNoTable: the tableless outbox with source.tables absent — `outboxd check`
 // is all OK with no outbox table line (the publication line says only messages are streamed),
 // events are delivered in commit order, the slot keeps advancing while nothing is written
-// (heartbeats), `outboxd republish` exits 2 (no table to republish from), and without
+// (heartbeats), a SIGKILL and restart resumes from the stored position (nothing missing),
+// `outboxd republish` exits 2 (no table to republish from), and without
 // source.postgres.messages the same config is refused naming source.tables (exit 2).
 func TestTablelessOutboxNoTable(t *testing.T) {
 	e := newEnv(t, messagesYAML)
@@ -76,6 +77,19 @@ func TestTablelessOutboxNoTable(t *testing.T) {
 		c.QueryRow(ctx, `SELECT confirmed_flush_lsn > $1::pg_lsn FROM pg_replication_slots WHERE slot_name = 'outboxd'`, end).Scan(&past)
 		return past
 	})
+	// SIGKILL (the stored position is past every event: the slot moved past them while idle),
+	// events emitted while it is down, restart from the stored position: none twice, none
+	// missing, in order.
+	p.Stop(t, syscall.SIGKILL)
+	for i := 20; i < 30; i++ {
+		want = append(want, emitEvent(t, c, "K", i))
+	}
+	p = e.start()
+	e.waitStored(e.walLSN(c), 30*time.Second)
+	got = testenv.ConsumeAll(t, e.broker.Addr(), `outbox\.event\..*`)
+	if strings.Join(ids(got), ",") != strings.Join(want, ",") {
+		t.Fatalf("after SIGKILL and restart delivered %v\nwant %v\noutput:\n%s", ids(got), want, p.Out.String())
+	}
 	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d:\n%s", code, p.Out.String())
 	}
