@@ -56,3 +56,21 @@ func TestRepublishUsage(t *testing.T) {
 		t.Error("a buffer is not a terminal")
 	}
 }
+
+// FuzzParseTime: parseTime never panics, and a time it accepts reads back the same from its
+// RFC 3339 form (what the usage errors print).
+func FuzzParseTime(f *testing.F) {
+	for _, s := range []string{"2026-12-01", "2026-12-01T10:00:00Z", "2026-12-01T10:00:00.5+02:00", "yesterday", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := parseTime(s)
+		if err != nil {
+			return
+		}
+		back, err := parseTime(got.Format(time.RFC3339Nano))
+		if err != nil || !back.Equal(got) {
+			t.Fatalf("parseTime(%q) = %v, whose RFC 3339 form reads back as %v, %v", s, got, back, err)
+		}
+	})
+}
