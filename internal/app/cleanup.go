@@ -57,6 +57,10 @@ func startCleanup(ctx context.Context, c *config.Config, ad adapter, log *slog.L
 	if !cc.Enabled {
 		return &cleanupRun{}, nil
 	}
+	if len(c.Source.Tables) == 0 {
+		log.Info("outbox.cleanup: source.tables is empty (the tableless outbox): there is no table to clean; cleanup does not run")
+		return &cleanupRun{}, nil
+	}
 	cl, ok := ad.(cleaner)
 	if !ok {
 		return nil, &config.Error{Key: "outbox.cleanup.enabled", Msg: fmt.Sprintf("source.type %s cannot delete outbox rows", c.Source.Type)}

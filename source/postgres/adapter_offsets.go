@@ -32,6 +32,10 @@ func (a *Adapter) Preflight(ctx context.Context, stored func(context.Context) (s
 	if a.cfg.Snapshot != SnapshotInitial || len(res) == 0 || !res[0].OK { // off, or the server is unreachable
 		return
 	}
+	if len(a.cfg.Tables) == 0 {
+		report("snapshot", true, noTableSnapshot, "")
+		return
+	}
 	if stored == nil {
 		report("snapshot", true, "source.postgres.snapshot: initial: a run that finds no stored position in the offsets store (not read by check) publishes the rows already in the tables first", "")
 		return
@@ -134,9 +138,18 @@ func rowsOf(parts []string) string {
 	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
 }
 
+// noTableSnapshot is what snapshot: initial does with no table (setup.go takes no snapshot).
+const noTableSnapshot = "source.postgres.snapshot: initial: source.tables is empty (the tableless outbox): there is nothing to snapshot; the next run streams from the slot's start as with never"
+
+// snapshots reports whether a run without a stored position takes a snapshot (setup.go).
+func (a *Adapter) snapshots() bool { return a.cfg.Snapshot == SnapshotInitial && len(a.cfg.Tables) > 0 }
+
 // NoStoredPosition says what the next run does without a stored position.
 func (a *Adapter) NoStoredPosition() string {
-	if a.cfg.Snapshot == SnapshotInitial {
+	if a.cfg.Snapshot == SnapshotInitial && len(a.cfg.Tables) == 0 {
+		return noTableSnapshot
+	}
+	if a.snapshots() {
 		return fmt.Sprintf("with source.postgres.snapshot: initial the next run publishes the rows already in the tables first: it creates slot %s with an exported snapshot, "+
 			"or, when slot %s exists (it has no stored position), drops it and takes the snapshot again; then it streams from the slot's start", a.cfg.Slot, a.cfg.Slot)
 	}
@@ -189,7 +202,7 @@ func (a *Adapter) ShowOffsets(ctx context.Context, stored source.Position, w io.
 	}
 	slot := a.cfg.Slot
 	fmt.Fprintf(w, "server WAL end:       %s\n", s.walEnd)
-	snap := stored == "" && a.cfg.Snapshot == SnapshotInitial
+	snap := stored == "" && a.snapshots()
 	if !s.exists {
 		fmt.Fprintf(w, "slot %s:        absent (created by the next run", slot)
 		if stored != "" {

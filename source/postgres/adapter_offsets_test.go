@@ -25,6 +25,16 @@ func TestNoStoredPositionSnapshot(t *testing.T) {
 	}
 }
 
+// TestNoStoredPositionSnapshotNoTables: with no table (the tableless outbox) snapshot: initial
+// takes no snapshot and drops no slot (setup.go), and NoStoredPosition says so. Pure.
+func TestNoStoredPositionSnapshotNoTables(t *testing.T) {
+	a := NewAdapter(Settings{DSN: "postgres://h/db", Slot: "s1", Snapshot: SnapshotInitial, MessagePrefix: DefaultMessagePrefix}, nil)
+	got := a.NoStoredPosition()
+	if got != noTableSnapshot || strings.Contains(got, "drops") || a.snapshots() {
+		t.Errorf("no tables: NoStoredPosition %q, snapshots %v; want %q and no snapshot", got, a.snapshots(), noTableSnapshot)
+	}
+}
+
 // TestRowsOf: the check line's counts. Pure.
 func TestRowsOf(t *testing.T) {
 	for _, c := range []struct {
