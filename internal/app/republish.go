@@ -232,7 +232,8 @@ func republish(ctx context.Context, c *config.Config, qs []source.ScanQuery, dry
 		return sum, fmt.Errorf("%w%s; the rows read before it were delivered: run outboxd republish again for the rest", err, whereHint(qs[0]))
 	}
 	if ctx.Err() != nil {
-		return sum, fmt.Errorf("interrupted: %d of %d rows done (what was read was delivered before stopping)", done.Load(), sum.Selected)
+		return sum, fmt.Errorf("interrupted: %d of %d rows done (delivered or dead-lettered; the records in flight were drained first): "+
+			"run outboxd republish again, narrowed with --since or --where to what is left", done.Load(), sum.Selected)
 	}
 	if got := sum.Delivered + sum.DeadLettered; got != sum.Read {
 		return sum, fmt.Errorf("%d rows were scanned but %d delivered or dead-lettered", sum.Read, got) // a bug: say so, never exit 0
