@@ -61,7 +61,12 @@ func (p *pgMessagesBackend) PrepareDrain(ctx context.Context, tag string, events
 	if err := p.ensureSchema(ctx); err != nil {
 		return nil, err
 	}
-	p.emitOnce.Do(func() { p.emitErr = pgExec(ctx, p.e.pgDSN, pgEmitSQL()) })
+	// The tableless outbox as deployed: no outbox table, an empty publication (created before
+	// the slots: pgoutput reads publications as of the WAL it decodes).
+	p.emitOnce.Do(func() {
+		p.emitErr = pgExec(ctx, p.e.pgDSN, pgEmitSQL(), `DROP PUBLICATION IF EXISTS `+pgMessagesPublication,
+			`CREATE PUBLICATION `+pgMessagesPublication+` WITH (publish = 'insert')`)
+	})
 	if p.emitErr != nil {
 		return nil, p.emitErr
 	}
@@ -125,7 +130,7 @@ func (p *pgMessagesBackend) RunReference(ctx context.Context, b *Backlog, _, i i
 		return 0, err
 	}
 	cmd := exec.CommandContext(ctx, bin, "--start", "-S", b.Readers[i], "-d", p.e.pgDSN,
-		"-o", "proto_version=1", "-o", "publication_names="+pgPublication, "-o", "messages=true",
+		"-o", "proto_version=1", "-o", "publication_names="+pgMessagesPublication, "-o", "messages=true",
 		"-f", "/dev/null", "--no-loop", "-E", b.endLSN)
 	out, err := runTimed(cmd)
 	if err != nil {
@@ -147,8 +152,13 @@ func runTimed(cmd *exec.Cmd) (timedRun, error) {
 	return timedRun{d: time.Since(t0), log: b.String()}, err
 }
 
+// pgMessagesPublication is the tableless outbox's publication: it lists no table.
+const pgMessagesPublication = "outboxd_bench_msgs"
+
+// SourceYAML: no source.tables (the tableless outbox needs none) and the empty publication.
 func (p *pgMessagesBackend) SourceYAML(b *Backlog, i int) string {
-	return pgSourceYAML(p.e.pgDSN, b.Readers[i]) + "    messages:\n      prefix: " + pgMessagePrefix + "\n"
+	return fmt.Sprintf("  type: postgres\n  dsn: %s\n  postgres:\n    slot: %s\n    publication: %s\n    messages:\n      prefix: %s\n",
+		yamlString(p.e.pgDSN), b.Readers[i], pgMessagesPublication, pgMessagePrefix)
 }
 
 // drainPGMessages is the drain-pg-messages scenario.
