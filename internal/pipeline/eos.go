@@ -108,9 +108,9 @@ type EOSOptions struct {
 	// After a batch is redone from the source its chunks are accepted (and reported) again.
 	OnAccept func(tx *source.Tx)
 	// StopOnPermanent is Options.StopOnPermanent (kafka.on_permanent_error: stop).
+	StopOnPermanent bool
 	// IDColumn is Options.IDColumn.
 	IDColumn string
-	StopOnPermanent bool
 	// TxnTimeout is the producer's transaction timeout (kafka.transaction_timeout): the broker
 	// aborts a Kafka transaction open longer (default 60s, as sink/kafka.DefaultTxnTimeout).
 	TxnTimeout time.Duration

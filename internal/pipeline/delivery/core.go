@@ -84,8 +84,7 @@ type Config struct {
 	RetryMin     time.Duration // EOS: backoff between attempts of a failing batch (default 100ms)
 	RetryMax     time.Duration // (default 10s)
 
-	// IDColumn is the event id column (outbox.columns.id; default "id"), named in the logs and
-	// errors about a record that cannot be delivered (the record's "id" header wins).
+	// IDColumn (outbox.columns.id; default "id") names a failed record in logs (eventID).
 	IDColumn string
 	// Route is the outbox transform (both modes).
 	Route func(*source.Row, time.Time) (sink.Record, error)
