@@ -68,3 +68,43 @@ func TestRepublishStops(t *testing.T) {
 	}
 	check(p, n, "scan of public.outbox failed after")
 }
+
+// TestRepublishMariaDBScanKilled: the MariaDB scan's connection killed mid-republish (KILL of the
+// streamed SELECT's connection): exit 1 naming the failed scan, and everything read before it
+// delivered, as on PostgreSQL.
+func TestRepublishMariaDBScanKilled(t *testing.T) {
+	e := newMySQLEnv(t)
+	const rows = 300000
+	if err := e.db.Exec(context.Background(), "app", fmt.Sprintf(`INSERT INTO app.outbox (id, aggregatetype, aggregateid, type, payload)
+		SELECT UNHEX(LPAD(HEX(seq), 32, '0')), 'order', CONCAT('k', seq %% 100), 'created', JSON_OBJECT('i', seq, 'pad', REPEAT('x', 200))
+		FROM seq_1_to_%d`, rows)); err != nil {
+		t.Fatal(err)
+	}
+	p := harness.Start(t, binPath, []string{"republish", "-c", e.cfgPath}, harness.Options{Name: "republish"})
+	harness.WaitFor(t, 60*time.Second, "republished records in Kafka", func() bool {
+		if p.Exited() {
+			t.Fatalf("republish ended before the test stopped it (exit %d):\n%s", p.Code, p.Out.String())
+		}
+		return testenv.Delivered(t, e.broker.Addr(), `outbox\.event\.order`) >= 20000
+	})
+	// The scan's connection: the republish's only one now (the count's is closed); a prepared
+	// statement's execution (COMMAND Execute) streaming the rows.
+	ids, err := e.db.Query("", "SELECT ID, COMMAND, COALESCE(INFO, '') FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND COMMAND NOT IN ('Daemon', 'Sleep', 'Binlog Dump')")
+	if err != nil || len(ids) != 1 {
+		t.Fatalf("the scan's connection: %v (%v)", ids, err)
+	}
+	if err := e.db.Exec(context.Background(), "", "KILL "+ids[0][0]); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.WaitExit(t, 60*time.Second, "the scan's connection was killed"); code != 1 || !strings.Contains(p.Out.String(), "scan of app.outbox failed after") {
+		t.Fatalf("exit %d, want 1 naming the failed scan:\n%s", code, p.Out.String())
+	}
+	m := regexp.MustCompile(`republish stopped: (\d+) rows of app\.outbox read \(300000 selected\): (\d+) delivered, 0 dead-lettered`).FindStringSubmatch(p.Out.String())
+	if m == nil || m[1] != m[2] {
+		t.Fatalf("want every row read delivered:\n%s", p.Out.String())
+	}
+	t.Logf("%s", m[0])
+	if n, _ := strconv.ParseInt(m[2], 10, 64); testenv.Delivered(t, e.broker.Addr(), `outbox\.event\.order`) != n || n >= rows {
+		t.Fatalf("Kafka holds %d records, the summary says %d delivered", testenv.Delivered(t, e.broker.Addr(), `outbox\.event\.order`), n)
+	}
+}
