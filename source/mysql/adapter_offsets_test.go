@@ -3,6 +3,8 @@ package mysql
 import (
 	"strings"
 	"testing"
+
+	"github.com/outboxd/outboxd/source"
 )
 
 // TestNoStoredPositionSnapshot: with source.mysql.snapshot: initial, a run without a stored
@@ -33,7 +35,7 @@ func TestNoStoredPositionSnapshot(t *testing.T) {
 
 // TestSnapshotLine: the check's start line with a snapshot, and the row counts it names. Pure.
 func TestSnapshotLine(t *testing.T) {
-	if got := rowsOf([]string{rowCount(1, false) + " of app.a", rowCount(0, false) + " of app.b", rowCount(9, true) + " of app.c"}); got != "1 row of app.a, 0 rows of app.b and about 9 rows of app.c" {
+	if got := source.JoinCounts([]string{source.RowCount(1, false) + " of app.a", source.RowCount(0, false) + " of app.b", source.RowCount(9, true) + " of app.c"}, "no rows"); got != "1 row of app.a, 0 rows of app.b and about 9 rows of app.c" {
 		t.Errorf("rowsOf: %q", got)
 	}
 	if got := snapshotLine("3 rows of app.ob", ""); got != "none stored; the next run takes a snapshot and publishes 3 rows of app.ob first (source.mysql.snapshot: initial), then streams from the snapshot's binlog position" {

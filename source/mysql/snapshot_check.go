@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/outboxd/outboxd/source"
 )
 
 // CheckSnapshot reports why source.mysql.snapshot: initial could not be taken on the server, for
@@ -60,7 +61,7 @@ func snapshotPlan(ctx context.Context, cfg Config, count bool) (string, error) {
 		}
 		return snapshotServerCheck(c, info)
 	}()
-	return rowsOf(counts), err
+	return source.JoinCounts(counts, "no rows"), err
 }
 
 // countTableRows counts t's rows ("N rows"), or, when that takes over 5 s, gives InnoDB's
@@ -74,7 +75,7 @@ func countTableRows(c *client.Conn, t *scanTable, mariadb bool) (string, error) 
 	if err == nil && len(rows) == 1 && len(rows[0]) == 1 {
 		n, perr := strconv.ParseInt(rows[0][0], 10, 64)
 		if perr == nil {
-			return rowCount(n, false), nil
+			return source.RowCount(n, false), nil
 		}
 	}
 	if err == nil {
@@ -91,30 +92,7 @@ func countTableRows(c *client.Conn, t *scanTable, mariadb bool) (string, error) 
 		return "", fmt.Errorf("estimate the rows of %s: not in information_schema.TABLES", t.name)
 	}
 	n, _ := strconv.ParseInt(rows[0][0], 10, 64)
-	return rowCount(n, true), nil
-}
-
-// rowCount is "1 row", "N rows" or "about N rows". Pure.
-func rowCount(n int64, estimate bool) string {
-	s := fmt.Sprintf("%d rows", n)
-	if n == 1 {
-		s = "1 row"
-	}
-	if estimate {
-		s = "about " + s
-	}
-	return s
-}
-
-// rowsOf joins "N rows of T" parts: "3 rows of a", "3 rows of a and 1 row of b". Pure.
-func rowsOf(parts []string) string {
-	switch len(parts) {
-	case 0:
-		return "no rows"
-	case 1:
-		return parts[0]
-	}
-	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
+	return source.RowCount(n, true), nil
 }
 
 // snapshotServerCheck: the server can give the snapshot's binlog position (see CheckSnapshot).

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -86,7 +85,7 @@ func (a *Adapter) snapshotCheck(ctx context.Context) CheckResult {
 		}
 		counts = append(counts, n+" of "+t)
 	}
-	what := "publishes " + rowsOf(counts) + " first"
+	what := "publishes " + source.JoinCounts(counts, "no rows (source.tables is empty)") + " first"
 	if exists {
 		return CheckResult{Name: name, OK: true, Reason: fmt.Sprintf("the next run drops the existing slot %s (no stored position) and takes the snapshot again: it %s (source.postgres.snapshot: initial)", a.cfg.Slot, what)}
 	}
@@ -102,7 +101,7 @@ func countRows(ctx context.Context, conn *pgx.Conn, table string) (string, error
 		err = conn.QueryRow(ctx, "SELECT count(*) FROM "+tableIdent(table)).Scan(&n)
 	}
 	if err == nil {
-		return rowCount(n, false), nil
+		return source.RowCount(n, false), nil
 	}
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || pe.Code != "57014" { // query_canceled
@@ -112,30 +111,7 @@ func countRows(ctx context.Context, conn *pgx.Conn, table string) (string, error
 	if err := conn.QueryRow(ctx, "SELECT reltuples FROM pg_class WHERE oid = $1::regclass", tableIdent(table)).Scan(&est); err != nil {
 		return "", fmt.Errorf("estimate the rows of %s: %w", table, err)
 	}
-	return rowCount(int64(max(est, 0)), true), nil
-}
-
-// rowCount is "1 row", "N rows" or "about N rows". Pure.
-func rowCount(n int64, estimate bool) string {
-	s := fmt.Sprintf("%d rows", n)
-	if n == 1 {
-		s = "1 row"
-	}
-	if estimate {
-		s = "about " + s
-	}
-	return s
-}
-
-// rowsOf joins "N rows of T" parts: "3 rows of a", "3 rows of a and 1 row of b", "…, … and …". Pure.
-func rowsOf(parts []string) string {
-	switch len(parts) {
-	case 0:
-		return "no rows (source.tables is empty)"
-	case 1:
-		return parts[0]
-	}
-	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
+	return source.RowCount(int64(max(est, 0)), true), nil
 }
 
 // noTableSnapshot is what snapshot: initial does with no table (setup.go takes no snapshot).

@@ -42,12 +42,12 @@ func TestRowsOf(t *testing.T) {
 		want  string
 	}{
 		{nil, "no rows (source.tables is empty)"},
-		{[]string{rowCount(1, false) + " of a"}, "1 row of a"},
-		{[]string{rowCount(3, false) + " of a", rowCount(0, false) + " of b"}, "3 rows of a and 0 rows of b"},
-		{[]string{"1 row of a", "2 rows of b", rowCount(7, true) + " of c"}, "1 row of a, 2 rows of b and about 7 rows of c"},
+		{[]string{source.RowCount(1, false) + " of a"}, "1 row of a"},
+		{[]string{source.RowCount(3, false) + " of a", source.RowCount(0, false) + " of b"}, "3 rows of a and 0 rows of b"},
+		{[]string{"1 row of a", "2 rows of b", source.RowCount(7, true) + " of c"}, "1 row of a, 2 rows of b and about 7 rows of c"},
 	} {
-		if got := rowsOf(c.parts); got != c.want {
-			t.Errorf("rowsOf(%q) = %q, want %q", c.parts, got, c.want)
+		if got := source.JoinCounts(c.parts, "no rows (source.tables is empty)"); got != c.want {
+			t.Errorf("JoinCounts(%q) = %q, want %q", c.parts, got, c.want)
 		}
 	}
 }
