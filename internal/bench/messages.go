@@ -70,20 +70,11 @@ func (p *pgMessagesBackend) PrepareDrain(ctx context.Context, tag string, events
 	if p.emitErr != nil {
 		return nil, p.emitErr
 	}
-	b := &Backlog{Tag: tag, Rows: events, RowsPerTx: perTx}
-	for i := range readers {
-		b.Readers = append(b.Readers, slotName(tag, i))
-	}
-	sql := []string{fmt.Sprintf(`SELECT pg_create_logical_replication_slot('%s', 'pgoutput')`, b.Readers[0])}
-	for _, s := range b.Readers[1:] {
-		sql = append(sql, fmt.Sprintf(`SELECT pg_copy_logical_replication_slot('%s', '%s')`, b.Readers[0], s))
-	}
-	if err := pgExec(ctx, p.e.pgDSN, sql...); err != nil {
-		p.Cleanup(context.Background(), b)
-		return nil, fmt.Errorf("create slots: %w", err)
+	b, err := p.newBacklog(ctx, tag, events, perTx, readers)
+	if err != nil {
+		return nil, err
 	}
 	t0 := time.Now()
-	var err error
 	if b.beforeLast, b.endLSN, err = pgEmit(ctx, p.e.pgDSN, events, perTx); err != nil {
 		p.Cleanup(context.Background(), b)
 		return nil, err

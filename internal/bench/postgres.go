@@ -151,10 +151,9 @@ func slotName(tag string, i int) string {
 	return strings.NewReplacer("-", "_", ".", "_").Replace(fmt.Sprintf("obb_%s_%d", tag, i))
 }
 
-func (p *pgBackend) PrepareDrain(ctx context.Context, tag string, rows, rowsPerTx, readers int) (*Backlog, error) {
-	if err := p.ensureSchema(ctx); err != nil {
-		return nil, err
-	}
+// newBacklog creates the readers' slots of a backlog: one slot, then exact copies, so every
+// reader starts at the same LSN.
+func (p *pgBackend) newBacklog(ctx context.Context, tag string, rows, rowsPerTx, readers int) (*Backlog, error) {
 	b := &Backlog{Tag: tag, Rows: rows, RowsPerTx: rowsPerTx}
 	for i := range readers {
 		b.Readers = append(b.Readers, slotName(tag, i))
@@ -168,8 +167,18 @@ func (p *pgBackend) PrepareDrain(ctx context.Context, tag string, rows, rowsPerT
 		p.Cleanup(context.Background(), b)
 		return nil, fmt.Errorf("create slots: %w", err)
 	}
+	return b, nil
+}
+
+func (p *pgBackend) PrepareDrain(ctx context.Context, tag string, rows, rowsPerTx, readers int) (*Backlog, error) {
+	if err := p.ensureSchema(ctx); err != nil {
+		return nil, err
+	}
+	b, err := p.newBacklog(ctx, tag, rows, rowsPerTx, readers)
+	if err != nil {
+		return nil, err
+	}
 	t0 := time.Now()
-	var err error
 	if b.beforeLast, b.endLSN, err = pgLoad(ctx, p.e.pgDSN, 1, rows, rowsPerTx, 0); err != nil {
 		p.Cleanup(context.Background(), b)
 		return nil, err
