@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -167,15 +168,11 @@ func buildDesc(name string, tm *replication.TableMapEvent, sch *tableSchema, ver
 		}
 		d.names = sch.names()
 	}
-	unsigned := tm.UnsignedMap()
-	collIDs := tm.CollationMap()
-	if es := tm.EnumSetCollationMap(); len(es) > 0 {
-		if collIDs == nil {
-			collIDs = map[int]uint64{}
-		}
-		maps.Copy(collIDs, es)
+	md, err := readTableMapMeta(tm)
+	if err != nil {
+		return nil, stop(fmt.Errorf("table %s: %w", name, err))
 	}
-	enums, sets := tm.EnumStrValueMap(), tm.SetStrValueMap()
+	unsigned, collIDs, enums, sets := md.unsigned, md.collIDs, md.enums, md.sets
 	for i := range d.cols {
 		c := &d.cols[i]
 		c.name = d.names[i]
@@ -304,4 +301,64 @@ func typeCompatible(dt string, rt byte, mariadb bool) bool {
 		return true
 	}
 	return slices.Contains(ok, rt)
+}
+
+// tableMapMeta is the optional metadata of a TableMapEvent, read by readTableMapMeta.
+type tableMapMeta struct {
+	unsigned    map[int]bool
+	collIDs     map[int]uint64 // column collations, ENUM/SET ones included
+	enums, sets map[int][]string
+}
+
+// readTableMapMeta reads tm's optional metadata through go-mysql's accessors. They index the
+// event's metadata arrays without bounds checks, so a malformed event (FuzzDecodeRowsEvent found
+// one: a collation list longer than the character columns) panics inside them: the panic becomes
+// an error here, which stops the stream instead of crashing the process.
+func readTableMapMeta(tm *replication.TableMapEvent) (md tableMapMeta, err error) {
+	if err := checkTableMap(tm); err != nil {
+		return md, err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("malformed table map event metadata (go-mysql: %v): the binlog event cannot be decoded; check the server's binlog_row_metadata and report the event", r)
+		}
+	}()
+	md.unsigned = tm.UnsignedMap()
+	md.collIDs = tm.CollationMap()
+	if es := tm.EnumSetCollationMap(); len(es) > 0 {
+		if md.collIDs == nil {
+			md.collIDs = map[int]uint64{}
+		}
+		maps.Copy(md.collIDs, es)
+	}
+	md.enums, md.sets = tm.EnumStrValueMap(), tm.SetStrValueMap()
+	return md, nil
+}
+
+// maxColumns is the most columns a MySQL or MariaDB table can have (and it has at least one).
+const maxColumns = 4096
+
+// checkTableMap refuses a TableMapEvent whose column count no table can have (none, or over
+// maxColumns: go-mysql loops forever on a rows event of zero columns) or that disagrees
+// with its column types: go-mysql's metadata accessors (also called by its row decoding) loop up
+// to ColumnCount, so such an event would hang the stream (FuzzDecodeRowsEvent found one).
+func checkTableMap(tm *replication.TableMapEvent) error {
+	if tm == nil {
+		return errors.New("rows event without its table map event: the binlog stream is malformed")
+	}
+	if tm.ColumnCount == 0 || tm.ColumnCount > maxColumns || int(tm.ColumnCount) != len(tm.ColumnType) || len(tm.ColumnMeta) != len(tm.ColumnType) {
+		return fmt.Errorf("malformed table map event for %s.%s: %d columns, %d column types, %d column metadata (at most %d columns): the binlog event cannot be decoded",
+			tm.Schema, tm.Table, tm.ColumnCount, len(tm.ColumnType), len(tm.ColumnMeta), maxColumns)
+	}
+	return nil
+}
+
+// anyColumn reports whether the column bitmap of a rows event names one of its n columns.
+func anyColumn(bitmap []byte, n int) bool {
+	for i := 0; i < n && i>>3 < len(bitmap); i++ {
+		if bitmap[i>>3]&(1<<(uint(i)&7)) != 0 {
+			return true
+		}
+	}
+	return false
 }

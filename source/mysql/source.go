@@ -299,6 +299,17 @@ func (s *Source) decodeRows(e *replication.RowsEvent, data []byte) error {
 	if !s.capturedTable(e.Table.Schema, e.Table.Table) {
 		return nil
 	}
+	if err := checkTableMap(e.Table); err != nil {
+		return err
+	}
+	if e.ColumnCount != e.Table.ColumnCount { // go-mysql allocates and loops by it
+		return fmt.Errorf("malformed rows event for %s.%s: %d columns, its table map event %d: the binlog event cannot be decoded",
+			e.Table.Schema, e.Table.Table, e.ColumnCount, e.Table.ColumnCount)
+	}
+	if !anyColumn(e.ColumnBitmap1, int(e.ColumnCount)) { // an empty image: go-mysql would loop forever on the event
+		return fmt.Errorf("rows event for %s.%s carries no column (outboxd needs binlog_row_image=FULL): the binlog event cannot be decoded",
+			e.Table.Schema, e.Table.Table)
+	}
 	return e.DecodeData(pos, data)
 }
 
