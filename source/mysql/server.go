@@ -193,18 +193,7 @@ func binlogStatus(c *client.Conn) (binlogStat, error) {
 			return binlogStat{}, fmt.Errorf("read the current binlog position: %w", err)
 		}
 	}
-	if len(rows) == 0 || len(rows[0]) < 2 {
-		return binlogStat{}, errors.New("the server reports no binlog position (is log_bin on?)")
-	}
-	n, err := strconv.ParseUint(rows[0][1], 10, 32)
-	if err != nil {
-		return binlogStat{}, fmt.Errorf("binlog status position %q: %w", rows[0][1], err)
-	}
-	st := binlogStat{file: rows[0][0], pos: uint32(n)}
-	if len(rows[0]) > 4 {
-		st.executed = rows[0][4]
-	}
-	return st, nil
+	return binlogStatFromRows(rows) // snapshot.go
 }
 
 // earliestPosition returns the start of the oldest binlog the server still has, in the given
