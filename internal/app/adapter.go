@@ -51,7 +51,9 @@ type settingError interface {
 
 // preflighter runs the source's lines of `outboxd check`.
 type preflighter interface {
-	// Preflight reports each check in order through report (ok false: reason says what is
+	// Preflight reports each check in order through report (ok true with a non-empty fix is a
+	// WARN line: the check passes, exit 0, but a setting should change, and fix names it; ok
+	// false: reason says what is
 	// wrong, fix what the operator must do) and returns when all ran; ctx bounds its I/O.
 	// stored reads the stored position; nil when check does not read it (offsets.store kafka).
 	Preflight(ctx context.Context, stored func(context.Context) (source.Position, error), report func(name string, ok bool, reason, fix string))
@@ -148,13 +150,13 @@ var sources = []struct {
 		return postgres.NewAdapter(postgres.Settings{DSN: c.Source.DSN, Tables: c.Source.Tables, Columns: outboxColumns(c),
 			Slot: p.Slot, Publication: p.Publication, HeartbeatInterval: p.HeartbeatInterval, StatusInterval: p.StatusInterval,
 			CoverageCheckInterval: p.CoverageCheckInterval, MessagePrefix: messagePrefix(p.Messages), Snapshot: p.Snapshot,
-			OrderColumn: c.Outbox.OrderColumn}, log)
+			OrderColumn: c.Outbox.OrderColumn, FailoverSlot: p.FailoverSlot, MinSafeWALSize: p.MinSafeWALSize}, log)
 	}},
 	{"mysql", func(c *config.Config, log *slog.Logger) adapter {
 		m := c.Source.MySQL
 		return mysql.NewAdapter(mysql.Settings{DSN: c.Source.DSN, Tables: c.Source.Tables, Columns: outboxColumns(c),
 			ServerID: m.ServerID, Start: m.Start, AllowMinimalRowMetadata: m.AllowMinimalRowMetadata,
-			Snapshot: m.Snapshot, OrderColumn: c.Outbox.OrderColumn,
+			Snapshot: m.Snapshot, OrderColumn: c.Outbox.OrderColumn, MinBinlogRetention: m.MinBinlogRetention,
 			OffsetsStore: func(name string) string { return storeDescription(c, name) }}, log)
 	}},
 }

@@ -40,7 +40,8 @@ func KafkaConfig(c *config.Config) kafka.Config {
 		kc.TLS = &kafka.TLSConfig{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, InsecureSkipVerify: t.InsecureSkipVerify}
 	}
 	if s := c.Kafka.SASL; s != nil {
-		kc.SASL = &kafka.SASLConfig{Mechanism: s.Mechanism, Username: s.Username, Password: s.Password}
+		kc.SASL = &kafka.SASLConfig{Mechanism: s.Mechanism, Username: s.Username, Password: s.Password,
+			TokenURL: s.TokenURL, ClientID: s.ClientID, ClientSecret: s.ClientSecret, Scope: s.Scope, Region: s.Region}
 	}
 	return kc
 }
@@ -241,11 +242,12 @@ func reportLag(ctx context.Context, current *atomic.Pointer[source.Source], m *m
 	}
 }
 
-// secretsOf are the secrets of c scrubbed from errors: the SASL password and source.dsn's.
+// secretsOf are the secrets of c scrubbed from errors: the SASL password or OAuth client
+// secret, and source.dsn's.
 func secretsOf(c *config.Config, a opener) []string {
 	var s []string
 	if c.Kafka.SASL != nil {
-		s = append(s, c.Kafka.SASL.Password)
+		s = append(s, c.Kafka.SASL.Password, c.Kafka.SASL.ClientSecret)
 	}
 	return append(s, a.Secrets()...)
 }

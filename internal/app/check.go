@@ -13,7 +13,8 @@ import (
 	"github.com/outboxd/outboxd/source"
 )
 
-// CheckResult is one preflight line: OK name, or FAIL name: reason — fix.
+// CheckResult is one preflight line: OK name, WARN name: reason — fix (OK with a Fix: the check
+// passes, but a setting should change), or FAIL name: reason — fix.
 type CheckResult struct {
 	Name   string
 	OK     bool
@@ -22,6 +23,9 @@ type CheckResult struct {
 }
 
 func (r CheckResult) String() string {
+	if r.OK && r.Fix != "" {
+		return fmt.Sprintf("WARN %s: %s — %s", r.Name, r.Reason, r.Fix)
+	}
 	if r.OK {
 		if r.Reason != "" {
 			return fmt.Sprintf("OK   %s (%s)", r.Name, r.Reason)

@@ -56,6 +56,14 @@ type Postgres struct {
 	// Snapshot is what the first start of a new slot does with the rows already in the outbox
 	// tables: never (default) | initial (publish them, then stream with no gap). The adapter's.
 	Snapshot string `yaml:"snapshot"`
+	// FailoverSlot is whether the slot is created as a failover slot (PostgreSQL 17+,
+	// CREATE_REPLICATION_SLOT ... (FAILOVER)): auto (default: on when the server is 17+) | on |
+	// off. The adapter's.
+	FailoverSlot string `yaml:"failover_slot"`
+	// MinSafeWALSize: `outboxd check` WARNs when the slot's safe_wal_size (the WAL the server may
+	// still write before the slot is lost) is below it; PostgreSQL units (kB, MB, GB, TB), default
+	// 1GB. The adapter's.
+	MinSafeWALSize string `yaml:"min_safe_wal_size"`
 }
 
 // Messages is source.postgres.messages.
@@ -78,6 +86,10 @@ type MySQL struct {
 	// outbox tables: never (default) | initial (publish them, then stream from the binlog
 	// position of the consistent read). The adapter's.
 	Snapshot string `yaml:"snapshot"`
+	// MinBinlogRetention: `outboxd check` WARNs when the server keeps binlogs for less than this
+	// (binlog_expire_logs_seconds / expire_logs_days; on RDS `binlog retention hours`): how long
+	// outboxd may be stopped without losing its position. 0 means the default, 24h. The adapter's.
+	MinBinlogRetention time.Duration `yaml:"min_binlog_retention"`
 }
 
 type Outbox struct {

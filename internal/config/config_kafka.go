@@ -38,10 +38,23 @@ type TLS struct {
 	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
 }
 
+// SASL is kafka.sasl: PLAIN and SCRAM-* (username, password), OAUTHBEARER (an OAuth 2.0
+// client credentials grant: token_url, client_id, client_secret, scope) or AWS_MSK_IAM (the
+// standard AWS credential chain; region).
 type SASL struct {
 	Mechanism string `yaml:"mechanism"`
 	Username  string `yaml:"username"`
 	Password  string `yaml:"password"`
+	// TokenURL is the OAuth 2.0 token endpoint (OAUTHBEARER).
+	TokenURL string `yaml:"token_url"`
+	// ClientID and ClientSecret are the OAuth 2.0 client's credentials (OAUTHBEARER); the secret
+	// is never logged.
+	ClientID     string `yaml:"client_id"`
+	ClientSecret string `yaml:"client_secret"`
+	// Scope is the space-separated scope asked for (OAUTHBEARER; optional).
+	Scope string `yaml:"scope"`
+	// Region is the AWS region of the MSK cluster (AWS_MSK_IAM; "" = the AWS chain's, AWS_REGION).
+	Region string `yaml:"region"`
 }
 
 // Offsets is the offsets section: where positions are stored.

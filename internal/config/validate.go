@@ -194,11 +194,8 @@ func (c *Config) Validate(sourceTypes ...string) error {
 		return &Error{Key: "kafka.transaction_timeout", Msg: fmt.Sprintf("%v: must be between 1s and 24h (and at most the brokers' transaction.max.timeout.ms, default 15m)", c.Kafka.TransactionTimeout)}
 	}
 	if s := c.Kafka.SASL; s != nil {
-		if err := oneOf("kafka.sasl.mechanism", s.Mechanism, "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"); err != nil {
+		if err := validateSASL(s); err != nil { // sasl.go
 			return err
-		}
-		if s.Username == "" {
-			return &Error{Key: "kafka.sasl.username", Msg: "is required with kafka.sasl"}
 		}
 	}
 	if err := oneOf("offsets.store", c.Offsets.Store, "file", "kafka"); err != nil {

@@ -90,9 +90,16 @@ type TLSConfig struct {
 
 // SASLConfig enables SASL authentication.
 type SASLConfig struct {
-	Mechanism string // kafka.sasl.mechanism: PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512
+	Mechanism string // kafka.sasl.mechanism: PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512 | OAUTHBEARER | AWS_MSK_IAM
 	Username  string // kafka.sasl.username
 	Password  string // kafka.sasl.password; never logged or put in errors
+	// OAUTHBEARER: an OAuth 2.0 client credentials grant (oauth.go).
+	TokenURL     string // kafka.sasl.token_url
+	ClientID     string // kafka.sasl.client_id
+	ClientSecret string // kafka.sasl.client_secret; never logged or put in errors
+	Scope        string // kafka.sasl.scope (space-separated; optional)
+	// AWS_MSK_IAM: the standard AWS credential chain (msk.go).
+	Region string // kafka.sasl.region; "" = the chain's (AWS_REGION)
 }
 
 // withDefaults returns c with defaults filled in, or an error naming the first bad setting.
@@ -302,29 +309,45 @@ func (t *TLSConfig) build() (*tls.Config, error) {
 }
 
 func (s *SASLConfig) apply(sc *sarama.Config) error {
-	if s.Username == "" {
-		return errors.New("kafka.sasl.username: required when kafka.sasl is set")
-	}
-	if s.Password == "" {
-		return errors.New("kafka.sasl.password: required when kafka.sasl is set")
-	}
 	sc.Net.SASL.Enable = true
 	sc.Net.SASL.Handshake = true
-	sc.Net.SASL.User = s.Username
-	sc.Net.SASL.Password = s.Password
-	switch strings.ToUpper(s.Mechanism) {
-	case sarama.SASLTypePlaintext:
-		sc.Net.SASL.Mechanism = sarama.SASLTypePlaintext
-	case sarama.SASLTypeSCRAMSHA256:
-		sc.Net.SASL.Mechanism = sarama.SASLTypeSCRAMSHA256
-		sc.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return newSCRAMClient(sha256.New) }
-	case sarama.SASLTypeSCRAMSHA512:
-		sc.Net.SASL.Mechanism = sarama.SASLTypeSCRAMSHA512
-		sc.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return newSCRAMClient(sha512.New) }
+	switch m := strings.ToUpper(s.Mechanism); m {
+	case sarama.SASLTypeOAuth: // OAUTHBEARER: oauth.go
+		p, err := newOAuthTokenProvider(s)
+		if err != nil {
+			return err
+		}
+		sc.Net.SASL.Mechanism = sarama.SASLTypeOAuth
+		sc.Net.SASL.TokenProvider = p
+		return nil
+	case "AWS_MSK_IAM": // OAUTHBEARER with a SigV4-signed token: msk.go
+		p, err := newMSKTokenProvider(s)
+		if err != nil {
+			return err
+		}
+		sc.Net.SASL.Mechanism = sarama.SASLTypeOAuth
+		sc.Net.SASL.TokenProvider = p
+		return nil
+	case sarama.SASLTypePlaintext, sarama.SASLTypeSCRAMSHA256, sarama.SASLTypeSCRAMSHA512:
+		if s.Username == "" {
+			return errors.New("kafka.sasl.username: required when kafka.sasl is set")
+		}
+		if s.Password == "" {
+			return errors.New("kafka.sasl.password: required when kafka.sasl is set")
+		}
+		sc.Net.SASL.User = s.Username
+		sc.Net.SASL.Password = s.Password
+		sc.Net.SASL.Mechanism = sarama.SASLMechanism(m)
+		switch m {
+		case sarama.SASLTypeSCRAMSHA256:
+			sc.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return newSCRAMClient(sha256.New) }
+		case sarama.SASLTypeSCRAMSHA512:
+			sc.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return newSCRAMClient(sha512.New) }
+		}
+		return nil
 	default:
-		return fmt.Errorf("kafka.sasl.mechanism: %q is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512", s.Mechanism)
+		return fmt.Errorf("kafka.sasl.mechanism: %q is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, AWS_MSK_IAM", s.Mechanism)
 	}
-	return nil
 }
 
 // ValidateDurability refuses a sarama producer configuration that could lose or reorder

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/outboxd/outboxd/source"
 )
@@ -30,6 +31,9 @@ type Settings struct {
 	AllowMinimalRowMetadata bool   // source.mysql.allow_minimal_row_metadata
 	Snapshot                string // source.mysql.snapshot: never (""), initial
 	OrderColumn             string // outbox.order_column: the order of snapshot and republish scans
+	// MinBinlogRetention is source.mysql.min_binlog_retention (0: 24h): check WARNs when the
+	// server keeps binlogs for less.
+	MinBinlogRetention time.Duration
 	// OffsetsStore describes where the pipeline stores positions (Config.OffsetsStore), given
 	// the source's Name (a key of the store may be derived from it).
 	OffsetsStore func(sourceName string) string

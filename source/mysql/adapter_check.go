@@ -82,6 +82,8 @@ func (a *Adapter) checkServer(ctx context.Context, report func(name string, ok b
 	if st.Prerequisites != nil {
 		fail("binlog capture", st.Prerequisites.Error(), "see the settings above")
 	}
+	// Binlog retention (WARN lines) and replica-side filters: preflight_retention.go.
+	a.checkRetention(ctx, st, report)
 }
 
 // checkStart is the preflight of where a run starts, so that `check` catches what `run`

@@ -43,6 +43,10 @@ type Settings struct {
 	MessagePrefix string
 	Snapshot      string // source.postgres.snapshot: never (""), initial
 	OrderColumn   string // outbox.order_column: the order of snapshot and republish scans
+	FailoverSlot  string // source.postgres.failover_slot: auto (""), on, off
+	// MinSafeWALSize is source.postgres.min_safe_wal_size (PostgreSQL units; "": 1GB): check
+	// WARNs when the slot's safe_wal_size is below it.
+	MinSafeWALSize string
 }
 
 // SettingError is a setting Validate refuses: Key is its dotted config key.

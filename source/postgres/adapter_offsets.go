@@ -26,7 +26,11 @@ func (a *Adapter) Preflight(ctx context.Context, stored func(context.Context) (s
 	res := Preflight(ctx, Config{DSN: a.cfg.DSN, Tables: a.cfg.Tables, Slot: a.cfg.Slot,
 		Publication: a.cfg.Publication, Columns: a.cfg.Columns, MessagePrefix: a.cfg.MessagePrefix})
 	for _, r := range res {
-		report(r.Name, r.OK, r.Reason, r.Fix)
+		fix := r.Fix
+		if r.OK && !r.Warn {
+			fix = "" // an OK line with a fix would print as WARN
+		}
+		report(r.Name, r.OK, r.Reason, fix)
 	}
 	if a.cfg.Snapshot != SnapshotInitial || len(res) == 0 || !res[0].OK { // off, or the server is unreachable
 		return

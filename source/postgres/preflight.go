@@ -16,10 +16,12 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// CheckResult is one preflight line: OK Name (Reason), or FAIL Name: Reason — Fix.
+// CheckResult is one preflight line: OK Name (Reason), WARN Name: Reason — Fix (OK and Warn:
+// the check passes, but a setting should change), or FAIL Name: Reason — Fix.
 type CheckResult struct {
 	Name   string
 	OK     bool
+	Warn   bool // with OK: a WARN line (Fix names the setting)
 	Reason string
 	Fix    string
 }
@@ -51,12 +53,11 @@ func Preflight(ctx context.Context, cfg Config) []CheckResult {
 
 	var super, repl bool
 	conn.QueryRow(ctx, "SELECT rolsuper, rolreplication FROM pg_roles WHERE rolname = current_user").Scan(&super, &repl)
-	if super || repl {
-		out = append(out, CheckResult{Name: "replication privilege", OK: true})
-	} else {
-		out = append(out, CheckResult{Name: "replication privilege", Reason: "the role has neither REPLICATION nor SUPERUSER",
-			Fix: "ALTER ROLE <user> WITH REPLICATION"})
-	}
+	// Replication permission is proven by doing (preflight_repl.go): role attributes miss
+	// managed services' roles (rds_replication, cloudsqlsuperuser, azure_pg_admin, ...).
+	replRes := replicationChecks(ctx, conn, cfg)
+	out = append(out, replRes...)
+	repl = repl || replicationProven(replRes)
 
 	out = append(out, tableChecks(ctx, conn, cfg)...)
 
@@ -109,6 +110,10 @@ func Preflight(ctx context.Context, cfg Config) []CheckResult {
 		out = append(out, CheckResult{Name: slotName, OK: true, Reason: "exists, wal_status " + st})
 		out = append(out, slotAgeCheck(ctx, conn, s, shape, confirmed))
 	}
+	// WAL retention (WARN lines: a stopped outboxd fills the disk, or its slot is lost) and, on
+	// PostgreSQL 17+, failover slots: preflight_retention.go, failover.go.
+	out = append(out, retentionChecks(ctx, conn, cfg, vnum)...)
+	out = append(out, failoverChecks(ctx, conn, cfg, vnum)...)
 	return out
 }
 
