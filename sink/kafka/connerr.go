@@ -7,14 +7,15 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 
 	"github.com/IBM/sarama"
 )
 
 // ConnectHint names the config key behind a failure to connect or authenticate to the brokers,
 // and says what to do, from the typed errors inside err (TLS verification, a non-TLS answer, a
-// TLS alert from the broker, a SASL refusal). It returns "" for any other error. The hint never
-// includes the SASL password.
+// TLS alert from the broker, a SASL refusal, a failed OAUTHBEARER token request). It returns ""
+// for any other error. The hint never includes the SASL password or the OAuth client secret.
 func (c Config) ConnectHint(err error) string {
 	if err == nil {
 		return ""
@@ -29,6 +30,7 @@ func (c Config) connectHint(err error) string {
 		invalid   x509.CertificateInvalidError
 		notTLS    tls.RecordHeaderError
 		opErr     *net.OpError
+		oauth     *OAuthError
 	)
 	ca := "the system's trusted CAs (kafka.tls.ca_file is not set)"
 	if c.TLS != nil && c.TLS.CAFile != "" {
@@ -47,6 +49,19 @@ func (c Config) connectHint(err error) string {
 	case errors.As(err, &notTLS):
 		return "kafka.tls: the broker does not answer TLS on that port: point kafka.brokers at the broker's " +
 			"SSL or SASL_SSL listener, or remove kafka.tls for a PLAINTEXT listener"
+	case errors.As(err, &oauth):
+		return oauth.Key + ": " + oauth.Fix
+	case errors.Is(err, sarama.ErrSASLAuthenticationFailed) && c.SASL != nil && strings.EqualFold(c.SASL.Mechanism, sarama.SASLTypeOAuth):
+		// The token came from kafka.sasl.token_url; the broker's validator (signature against its
+		// JWKS, exp, aud, iss) refused it. The broker says why only in its own log.
+		return fmt.Sprintf("kafka.sasl.token_url / kafka.sasl.client_id: the broker refused the OAUTHBEARER token that kafka.sasl.token_url (%s) "+
+			"issued to client %q (expired, or not signed by a key of the broker's sasl.oauthbearer.jwks.endpoint.url, or its aud/iss "+
+			"not the broker's sasl.oauthbearer.expected.audience/expected.issuer): point kafka.sasl.token_url at the identity provider "+
+			"the cluster trusts, check kafka.sasl.client_id and kafka.sasl.scope, and that this host's and the identity provider's clocks are right",
+			c.SASL.TokenURL, c.SASL.ClientID)
+	case errors.Is(err, sarama.ErrSASLAuthenticationFailed) && c.SASL != nil && strings.EqualFold(c.SASL.Mechanism, "AWS_MSK_IAM"):
+		return "kafka.sasl.region: the broker refused the AWS_MSK_IAM (SigV4-signed) token: check that the AWS credentials found by the " +
+			"standard chain belong to a role whose IAM policy allows kafka-cluster:Connect on this cluster, and kafka.sasl.region"
 	case errors.Is(err, sarama.ErrSASLAuthenticationFailed):
 		user := ""
 		if c.SASL != nil {

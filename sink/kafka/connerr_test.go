@@ -25,6 +25,7 @@ func TestConnectHint(t *testing.T) {
 	out := func(err error) error { return sarama.Wrap(sarama.ErrOutOfBrokers, fmt.Errorf("dial: %w", err)) }
 	tlsCA := &TLSConfig{CAFile: "/etc/ca.pem"}
 	sasl := &SASLConfig{Mechanism: "SCRAM-SHA-512", Username: "svc", Password: "hunter2-secret"}
+	oauth := &SASLConfig{Mechanism: "OAUTHBEARER", TokenURL: "https://idp.example/token", ClientID: "svc-client", ClientSecret: "hunter2-secret"}
 	for _, c := range []struct {
 		name string
 		cfg  Config
@@ -38,6 +39,11 @@ func TestConnectHint(t *testing.T) {
 		{"not TLS", Config{TLS: tlsCA}, out(tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}), "kafka.tls: the broker does not answer TLS"},
 		{"sasl refused", Config{SASL: sasl}, sarama.ErrSASLAuthenticationFailed, `kafka.sasl.password: the broker refused SASL authentication of kafka.sasl.username "svc"`},
 		{"sasl mechanism", Config{SASL: sasl}, out(sarama.ErrUnsupportedSASLMechanism), "kafka.sasl.mechanism"},
+		{"oauth token refused by the broker", Config{SASL: oauth}, out(sarama.Wrap(sarama.ErrSASLAuthenticationFailed, errors.New("invalid credentials"))),
+			`kafka.sasl.token_url / kafka.sasl.client_id: the broker refused the OAUTHBEARER token that kafka.sasl.token_url (https://idp.example/token) issued to client "svc-client"`},
+		{"oauth token endpoint refused the client", Config{SASL: oauth}, out(&OAuthError{Key: "kafka.sasl.client_secret", What: "refused", Fix: "check kafka.sasl.client_id and kafka.sasl.client_secret"}),
+			"kafka.sasl.client_secret: check kafka.sasl.client_id and kafka.sasl.client_secret"},
+		{"msk iam refused", Config{SASL: &SASLConfig{Mechanism: "AWS_MSK_IAM"}}, out(sarama.ErrSASLAuthenticationFailed), "kafka.sasl.region: the broker refused the AWS_MSK_IAM"},
 		{"no client cert", Config{TLS: tlsCA}, out(&net.OpError{Op: "remote error", Err: alertErr{}}), "kafka.tls.cert_file: the broker refused the TLS connection, and no client certificate is set"},
 		{"client cert refused", Config{TLS: &TLSConfig{CertFile: "/etc/c.pem", KeyFile: "/etc/k.pem"}}, out(&net.OpError{Op: "remote error", Err: alertErr{}}), "kafka.tls.cert_file: the broker refused the TLS connection with the client certificate /etc/c.pem"},
 		{"hung up, plaintext", Config{}, out(io.EOF), "kafka.tls / kafka.sasl: the broker closed the connection before answering, as a listener does when the client's security does not match it (this client: PLAINTEXT)"},
