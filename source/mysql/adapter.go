@@ -66,6 +66,9 @@ func NewAdapter(s Settings, log *slog.Logger) *Adapter {
 	if s.ServerID == 0 {
 		s.ServerID = DefaultServerID
 	}
+	if s.MinBinlogRetention == 0 {
+		s.MinBinlogRetention = DefaultMinBinlogRetention
+	}
 	a := &Adapter{set: s, log: log, locker: Locker{DSN: s.DSN, Name: LockName(s.ServerID, s.Tables)}}
 	if s.OffsetsStore != nil {
 		a.store = s.OffsetsStore(a.Name())
@@ -89,6 +92,10 @@ func (a *Adapter) Validate() error {
 	}
 	if _, err := snapshotInitial(a.set.Snapshot); err != nil {
 		return &SettingError{Key: "source.mysql.snapshot", Msg: err.Error() + " (use never, the default, or initial)"}
+	}
+	if a.set.MinBinlogRetention < 0 {
+		return &SettingError{Key: "source.mysql.min_binlog_retention", Msg: fmt.Sprintf("is %s: give how long outboxd may be stopped "+
+			"without losing its position, such as 24h or 168h (0 or absent: %s)", a.set.MinBinlogRetention, fmtDuration(DefaultMinBinlogRetention))}
 	}
 	if _, err := RedactDSN(a.set.DSN); err != nil {
 		return &SettingError{Key: "source.dsn", Msg: err.Error()}
