@@ -48,16 +48,15 @@ func Preflight(ctx context.Context, cfg Config) []CheckResult {
 		out = append(out, CheckResult{Name: "wal_level", OK: true, Reason: "logical"})
 	} else {
 		out = append(out, CheckResult{Name: "wal_level", Reason: fmt.Sprintf("is %s, needs logical", walLevel),
-			Fix: "set wal_level = logical in postgresql.conf and restart PostgreSQL"})
+			Fix: walLevelFix(readServerFacts(ctx, conn))}) // the managed service's way (preflight_managed.go)
 	}
 
-	var super, repl bool
-	conn.QueryRow(ctx, "SELECT rolsuper, rolreplication FROM pg_roles WHERE rolname = current_user").Scan(&super, &repl)
-	// Replication permission is proven by doing (preflight_repl.go): role attributes miss
-	// managed services' roles (rds_replication, cloudsqlsuperuser, azure_pg_admin, ...).
+	var super bool // for the publication line
+	conn.QueryRow(ctx, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user").Scan(&super)
+	// Replication permission is proven by doing (preflight_repl.go), not read from role
+	// attributes: they miss managed services' roles (rds_replication, ...) and pg_hba.conf.
 	replRes := replicationChecks(ctx, conn, cfg)
 	out = append(out, replRes...)
-	repl = repl || replicationProven(replRes)
 
 	out = append(out, tableChecks(ctx, conn, cfg)...)
 
@@ -88,12 +87,7 @@ func Preflight(ctx context.Context, cfg Config) []CheckResult {
 		var maxS string
 		conn.QueryRow(ctx, "SHOW max_replication_slots").Scan(&maxS)
 		fmt.Sscan(maxS, &max)
-		if used < max && walLevel == "logical" && (super || repl) {
-			out = append(out, CheckResult{Name: slotName, OK: true, Reason: "absent, will be created"})
-		} else {
-			out = append(out, CheckResult{Name: slotName, Reason: fmt.Sprintf("absent and cannot be created (%d of max_replication_slots=%d used)", used, max),
-				Fix: "raise max_replication_slots, set wal_level = logical, grant REPLICATION"})
-		}
+		out = append(out, slotAbsentCheck(slotName, replRes, used, max)) // as the temporary slot proved
 	case err != nil:
 		out = append(out, CheckResult{Name: slotName, Reason: err.Error(), Fix: "check the role may read pg_replication_slots"})
 	case plugin == nil || *plugin != "pgoutput":
