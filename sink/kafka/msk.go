@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/aws/aws-msk-iam-sasl-signer-go/signer"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials/processcreds"
 )
 
 // kafka.sasl.mechanism AWS_MSK_IAM: Amazon MSK's IAM access control for clients that are not
@@ -91,7 +93,7 @@ func newMSKProvider(region string, creds aws.CredentialsProvider) *mskTokenProvi
 			err = errors.New("the chain returned an empty access key or secret")
 		}
 		if err != nil {
-			return "", 0, fmt.Errorf("%s: %w", mskCredentialHint, err)
+			return "", 0, mskCredentialError(err)
 		}
 		static := aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) { return v, nil })
 		tok, exp, err := signer.GenerateAuthTokenFromCredentialsProvider(ctx, region, static)
@@ -102,6 +104,18 @@ func newMSKProvider(region string, creds aws.CredentialsProvider) *mskTokenProvi
 		return tok, exp, nil
 	}
 	return p
+}
+
+// mskCredentialError is the error of a failed credential retrieval: the hint, then the chain's
+// error, except where the SDK's error would quote a credential_process's output (malformed
+// JSON output: it may hold the secret), which is replaced by a description without it.
+func mskCredentialError(err error) error {
+	var pe *processcreds.ProviderError
+	if errors.As(err, &pe) && strings.Contains(err.Error(), "parse failed of process output") {
+		return fmt.Errorf("%s: the profile's credential_process printed something that is not the "+
+			"credential JSON (output not shown: it may hold secrets); run it by hand to see", mskCredentialHint)
+	}
+	return fmt.Errorf("%s: %w", mskCredentialHint, err)
 }
 
 // Token returns the cached token while it has more than mskRenewBefore left, else a new one.
