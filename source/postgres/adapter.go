@@ -81,9 +81,19 @@ func NewAdapter(s Settings, log *slog.Logger) *Adapter {
 	cfg := New(Config{DSN: s.DSN, Tables: s.Tables, Slot: s.Slot, Publication: s.Publication,
 		StandbyTimeout: s.StatusInterval, HeartbeatInterval: hb, Columns: s.Columns,
 		CoverageCheckInterval: s.CoverageCheckInterval, MessagePrefix: s.MessagePrefix, Snapshot: s.Snapshot,
-		OrderColumn: s.OrderColumn}, log).cfg
+		OrderColumn: s.OrderColumn, FailoverSlot: s.FailoverSlot, MinSafeWALSize: minSafe(s.MinSafeWALSize)}, log).cfg
 	s.Slot, s.Publication, s.HeartbeatInterval = cfg.Slot, cfg.Publication, &hb
 	return &Adapter{set: s, cfg: cfg, log: log, probe: SlotProbe{DSN: s.DSN, Slot: cfg.Slot}, keeper: &snapshotKeeper{}}
+}
+
+// minSafe is source.postgres.min_safe_wal_size in bytes; 0 (the default) when unset or invalid
+// (Validate refuses an invalid one).
+func minSafe(s string) int64 {
+	n, err := ParseSize(s)
+	if s == "" || err != nil {
+		return 0
+	}
+	return n
 }
 
 // Config is the source configuration the adapter opens sources with (defaults applied).
@@ -112,6 +122,18 @@ func (a *Adapter) Validate() error {
 	case "", SnapshotNever, SnapshotInitial:
 	default:
 		return &SettingError{Key: "source.postgres.snapshot", Msg: fmt.Sprintf("%q is not one of never | initial", a.set.Snapshot)}
+	}
+	switch a.set.FailoverSlot {
+	case "", FailoverAuto, FailoverOn, FailoverOff:
+	default:
+		return &SettingError{Key: "source.postgres.failover_slot", Msg: fmt.Sprintf("%q is not one of auto | on | off (auto: a failover slot when the server is PostgreSQL 17+)", a.set.FailoverSlot)}
+	}
+	if a.set.MinSafeWALSize != "" {
+		if n, err := ParseSize(a.set.MinSafeWALSize); err != nil {
+			return &SettingError{Key: "source.postgres.min_safe_wal_size", Msg: err.Error()}
+		} else if n <= 0 {
+			return &SettingError{Key: "source.postgres.min_safe_wal_size", Msg: fmt.Sprintf("%q: must be positive, e.g. 1GB (the default)", a.set.MinSafeWALSize)}
+		}
 	}
 	if !validSlotName(a.set.Slot) {
 		return &SettingError{Key: "source.postgres.slot", Msg: fmt.Sprintf("%q: slot names use lower-case letters, digits and _ only", a.set.Slot)}

@@ -74,6 +74,13 @@ type Config struct {
 	Snapshot string
 	// OrderColumn orders the snapshot's rows (outbox.order_column); "": the table's order.
 	OrderColumn string
+	// FailoverSlot (source.postgres.failover_slot): whether a slot outboxd creates is a failover
+	// slot (PostgreSQL 17+, synchronized to standbys): "" or "auto" (on when the server is 17+),
+	// "on" (refused below 17), "off" (failover.go).
+	FailoverSlot string
+	// MinSafeWALSize (source.postgres.min_safe_wal_size) in bytes: `outboxd check` WARNs when
+	// the slot's safe_wal_size is below it; 0: DefaultMinSafeWALSize (preflight_retention.go).
+	MinSafeWALSize int64
 }
 
 // DefaultMessagePrefix is source.postgres.messages.prefix when the block is set without one.

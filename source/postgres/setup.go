@@ -32,6 +32,12 @@ func (s *Source) setup(ctx context.Context, from pglogrepl.LSN) (_ *pgconn.PgCon
 		}
 	}()
 
+	// source.postgres.failover_slot: on with a server below 17 is refused before anything is
+	// created (failover.go).
+	plan, err := s.failoverPlan(ctx, admin)
+	if err != nil {
+		return nil, nil, err
+	}
 	if err := s.ensurePublication(ctx, admin); err != nil {
 		return nil, nil, err
 	}
@@ -41,6 +47,9 @@ func (s *Source) setup(ctx context.Context, from pglogrepl.LSN) (_ *pgconn.PgCon
 	slot, err := s.querySlot(ctx, admin)
 	if err != nil {
 		return nil, nil, err
+	}
+	if slot.exists {
+		s.warnFailoverMismatch(ctx, admin, plan) // an existing slot is left as it is (failover.go)
 	}
 	takeSnapshot := s.cfg.Snapshot == SnapshotInitial && from == 0
 	if takeSnapshot && len(s.cfg.Tables) == 0 {
@@ -107,14 +116,10 @@ func (s *Source) setup(ctx context.Context, from pglogrepl.LSN) (_ *pgconn.PgCon
 			return nil, nil, err
 		}
 		if !slot.exists {
-			action := "NOEXPORT_SNAPSHOT"
-			if takeSnapshot {
-				// The snapshot stays exported until the next command on repl: the snapshot's own
-				// connection imports it before START_REPLICATION below (snapshot.go).
-				action = "EXPORT_SNAPSHOT"
-			}
-			created, err := pglogrepl.CreateReplicationSlot(ctx, repl, s.cfg.Slot, "pgoutput",
-				pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: action})
+			// With takeSnapshot the snapshot stays exported until the next command on repl: the
+			// snapshot's own connection imports it before START_REPLICATION below (snapshot.go).
+			// A failover slot on 17+ unless source.postgres.failover_slot is off (failover.go).
+			created, err := createSlot(ctx, repl, s.cfg.Slot, plan.vnum, takeSnapshot, plan.failover)
 			if err != nil {
 				repl.Close(context.Background())
 				if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "42710" {
@@ -123,7 +128,7 @@ func (s *Source) setup(ctx context.Context, from pglogrepl.LSN) (_ *pgconn.PgCon
 				return nil, nil, fmt.Errorf("create logical replication slot %q (source.postgres.slot): %w: check wal_level = logical, max_replication_slots, and that the role has REPLICATION", s.cfg.Slot, err)
 			}
 			slot.exists = true
-			s.log.Info("slot created", "plugin", "pgoutput", "consistent_point", created.ConsistentPoint)
+			s.log.Info("slot created", "plugin", "pgoutput", "consistent_point", created.ConsistentPoint, "failover", plan.failover)
 			if takeSnapshot {
 				if s.snap.created != nil {
 					s.snap.created()
