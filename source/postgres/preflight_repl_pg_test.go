@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxd/outboxd/internal/testenv"
 )
 
 // Preflight by doing (issue 17) against the private PostgreSQL 15: the replication lines come
@@ -237,5 +239,42 @@ func TestPreflightSlotWaits(t *testing.T) {
 	}
 	if n := checkSlotsLeft(t, other, db); n != 0 {
 		t.Errorf("%d outboxd_check_ slots left behind", n)
+	}
+}
+
+// TestPreflightServerLimits, on a private server with max_replication_slots=1 and
+// max_wal_senders=1: with every slot taken the temporary slot is refused with the server's
+// answer and the fix; with every walsender taken the replication connection is.
+func TestPreflightServerLimits(t *testing.T) {
+	p := testenv.NewPostgres(t, "max_replication_slots=1", "max_wal_senders=1")
+	ctx := context.Background()
+	if err := p.Exec(ctx, "app", testenv.OutboxDDL, "SELECT pg_create_logical_replication_slot('occupied', 'pgoutput')"); err != nil {
+		t.Fatal(err)
+	}
+	lines := lineMap(Preflight(ctx, replCfg(p.DSN("app"), "limits")))
+	if l := lines[replPrivilegeName]; !l.OK {
+		t.Errorf("replication privilege: %+v", l)
+	}
+	if l := lines[slotCreationName]; l.OK || !strings.Contains(l.Reason, "all replication slots are in use") || !strings.Contains(l.Reason, "53400") ||
+		!strings.Contains(l.Fix, "raise max_replication_slots") {
+		t.Errorf("slot creation: %+v", l)
+	}
+	if l := lines["slot limits"]; l.OK || !strings.Contains(l.Reason, "1 of max_replication_slots=1 used") {
+		t.Errorf("slot line: %+v", l)
+	}
+
+	pc, err := pgconn.ParseConfig(p.DSN("app"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.RuntimeParams["replication"] = "database"
+	holder, err := pgconn.ConnectConfig(ctx, pc) // takes the only walsender
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	lines = lineMap(Preflight(ctx, replCfg(p.DSN("app"), "limits")))
+	if l := lines[replPrivilegeName]; l.OK || !strings.Contains(l.Reason, "max_wal_senders") || !strings.Contains(l.Fix, "raise max_wal_senders") {
+		t.Errorf("replication privilege with no free walsender: %+v", l)
 	}
 }
