@@ -11,6 +11,7 @@ import (
 	"database/sql"
 	"fmt"
 	"math"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -64,19 +65,67 @@ func queryNamed(c *client.Conn, q string, args ...any) ([]nullRow, error) {
 	if r.Resultset == nil {
 		return nil, nil
 	}
+	return namedRows(r.Resultset), nil
+}
+
+// namedRows returns a result set's rows by lower-cased column name, NULL kept apart from "".
+func namedRows(r *gomysql.Resultset) []nullRow {
 	out := make([]nullRow, r.RowNumber())
 	for i := range out {
 		out[i] = nullRow{}
 		for j, f := range r.Fields {
+			name := strings.ToLower(string(f.Name))
 			if null, _ := r.IsNull(i, j); null {
-				out[i][strings.ToLower(string(f.Name))] = sql.NullString{}
+				out[i][name] = sql.NullString{}
 				continue
 			}
 			v, _ := r.GetString(i, j)
-			out[i][strings.ToLower(string(f.Name))] = sql.NullString{String: strings.Clone(v), Valid: true}
+			out[i][name] = sql.NullString{String: strings.Clone(v), Valid: true}
 		}
 	}
-	return out, nil
+	return out
+}
+
+// callNamed CALLs a procedure and returns the rows of its first result set (the connection
+// must have CLIENT_MULTI_RESULTS: see connectMulti).
+func callNamed(c *client.Conn, q string) ([]nullRow, error) {
+	var rows []nullRow
+	var first error
+	seen := false
+	_, err := c.ExecuteMultiple(q, func(r *gomysql.Result, err error) {
+		switch {
+		case err != nil:
+			if first == nil {
+				first = err
+			}
+		case !seen && r != nil && r.Resultset != nil && len(r.Fields) > 0:
+			rows, seen = namedRows(r.Resultset), true
+		}
+	})
+	if err == nil {
+		err = first
+	}
+	if err != nil {
+		return nil, cause(err)
+	}
+	return rows, nil
+}
+
+// connectMulti is connect with CLIENT_MULTI_RESULTS, which a CALL of a procedure that
+// returns a result set needs (the server refuses it otherwise: ERROR 1312).
+func connectMulti(ctx context.Context, d dsn) (*client.Conn, error) {
+	dialer := &net.Dialer{Timeout: d.Timeout}
+	c, err := client.ConnectWithDialer(ctx, d.Net, d.Addr, d.User, d.Password, d.DB, dialer.DialContext,
+		func(c *client.Conn) error {
+			if t := d.TLSConfig(); t != nil {
+				c.SetTLSConfig(t)
+			}
+			return c.SetCapability(gomysql.CLIENT_MULTI_RESULTS)
+		})
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", d.Redacted(), cause(err))
+	}
+	return c, nil
 }
 
 // readRetention reads the retention variables and, where mysql.rds_show_configuration exists,
@@ -103,7 +152,7 @@ func readRDSConfig(c *client.Conn) (*rdsConfig, error) {
 	if err != nil {
 		listed = nil
 	}
-	rows, err := queryNamed(c, "CALL mysql.rds_show_configuration")
+	rows, err := callNamed(c, "CALL mysql.rds_show_configuration")
 	if err != nil {
 		if me := myError(err); me != nil && me.Code == gomysql.ER_SP_DOES_NOT_EXIST && len(listed) == 0 {
 			return nil, nil
@@ -265,7 +314,7 @@ func (a *Adapter) checkRetention(ctx context.Context, st ServerStatus, report fu
 		report("binlog retention", true, "not checked: "+s.cfgErr.Error(), "fix source.dsn / source.tables")
 		return
 	}
-	c, err := connect(ctx, s.dsn)
+	c, err := connectMulti(ctx, s.dsn)
 	if err != nil {
 		report("binlog retention", true, "not checked: "+err.Error(), "check the server is reachable, then check again")
 		return
