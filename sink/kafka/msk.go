@@ -37,11 +37,21 @@ const (
 	mskMinValidity = 30 * time.Second
 )
 
-// mskCredentialHint is what to do when the standard chain finds no credentials.
-const mskCredentialHint = "kafka.sasl.mechanism AWS_MSK_IAM: no AWS credentials in the standard chain " +
-	"(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY[/AWS_SESSION_TOKEN], AWS_PROFILE with the shared config " +
-	"and credentials files, web identity (AWS_ROLE_ARN + AWS_WEB_IDENTITY_TOKEN_FILE, as EKS IRSA sets), " +
-	"the ECS container role, the EC2 instance role): give outboxd one of them"
+// mskChain lists the standard chain's sources, for the errors.
+const mskChain = "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY[/AWS_SESSION_TOKEN], AWS_PROFILE with the shared " +
+	"config and credentials files, web identity (AWS_ROLE_ARN + AWS_WEB_IDENTITY_TOKEN_FILE, as EKS IRSA sets), " +
+	"the ECS container role, the EC2 instance role"
+
+// mskCredentialFix is what to do when the standard chain gives no credentials.
+const mskCredentialFix = "give outboxd AWS credentials through one of the standard chain's sources (" + mskChain + ")"
+
+const mskPrefix = "AWS_MSK_IAM: "
+
+// mskError is a failed MSK IAM token: an *OAuthError (AWS_MSK_IAM is OAUTHBEARER with a signed
+// token), so ConnectHint names the key and the fix. what never holds a secret.
+func mskError(key, what, fix string, err error) *OAuthError {
+	return &OAuthError{Key: key, What: mskPrefix + what, Fix: fix, err: err}
+}
 
 // mskTokenProvider is sarama's AccessTokenProvider for AWS_MSK_IAM. Safe for concurrent use.
 type mskTokenProvider struct {
@@ -86,7 +96,7 @@ func newMSKProvider(region string, creds aws.CredentialsProvider) *mskTokenProvi
 	p := &mskTokenProvider{region: region, now: time.Now, timeout: mskTokenTimeout, log: slog.Default()}
 	p.generate = func(ctx context.Context) (string, int64, error) {
 		if creds == nil {
-			return "", 0, errors.New(mskCredentialHint)
+			return "", 0, mskError("kafka.sasl.mechanism", "no AWS credentials in the standard chain", mskCredentialFix, nil)
 		}
 		v, err := creds.Retrieve(ctx)
 		if err == nil && (v.AccessKeyID == "" || v.SecretAccessKey == "") {
@@ -98,24 +108,25 @@ func newMSKProvider(region string, creds aws.CredentialsProvider) *mskTokenProvi
 		static := aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) { return v, nil })
 		tok, exp, err := signer.GenerateAuthTokenFromCredentialsProvider(ctx, region, static)
 		if err != nil {
-			return "", 0, fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: signing the MSK IAM token for "+
-				"kafka.sasl.region %s failed: %w", region, err)
+			return "", 0, mskError("kafka.sasl.region", fmt.Sprintf("signing the token for region %s failed: %v", region, err),
+				"check kafka.sasl.region (the MSK cluster's region)", err)
 		}
 		return tok, exp, nil
 	}
 	return p
 }
 
-// mskCredentialError is the error of a failed credential retrieval: the hint, then the chain's
-// error, except where the SDK's error would quote a credential_process's output (malformed
-// JSON output: it may hold the secret), which is replaced by a description without it.
+// mskCredentialError is a failed credential retrieval: what the chain said, except where the
+// SDK's error quotes a credential_process's output (output that is not the credential JSON:
+// it may hold the secret), which is described without it and not wrapped.
 func mskCredentialError(err error) error {
+	what := "no AWS credentials in the standard chain"
 	var pe *processcreds.ProviderError
 	if errors.As(err, &pe) && strings.Contains(err.Error(), "parse failed of process output") {
-		return fmt.Errorf("%s: the profile's credential_process printed something that is not the "+
-			"credential JSON (output not shown: it may hold secrets); run it by hand to see", mskCredentialHint)
+		return mskError("kafka.sasl.mechanism", what+": the profile's credential_process printed something that is "+
+			"not the credential JSON (output not shown: it may hold secrets)", "run the credential_process by hand and fix its output", nil)
 	}
-	return fmt.Errorf("%s: %w", mskCredentialHint, err)
+	return mskError("kafka.sasl.mechanism", what+": "+err.Error(), mskCredentialFix, err)
 }
 
 // Token returns the cached token while it has more than mskRenewBefore left, else a new one.
@@ -134,12 +145,22 @@ func (p *mskTokenProvider) Token() (*sarama.AccessToken, error) {
 	defer cancel()
 	tok, expMs, err := p.generate(ctx)
 	if err == nil && tok == "" {
-		err = errors.New("kafka.sasl.mechanism AWS_MSK_IAM: the signer returned an empty token")
+		err = errors.New("the signer returned an empty token")
 	}
 	if err != nil {
-		if ctx.Err() != nil {
-			err = fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: no token within %s (the AWS credential "+
-				"chain or signing did not answer; check network access to STS or the metadata endpoint): %w", p.timeout, err)
+		var oe *OAuthError
+		isOE := errors.As(err, &oe)
+		switch {
+		case ctx.Err() != nil:
+			cause := err.Error()
+			if isOE {
+				cause = strings.TrimPrefix(oe.What, mskPrefix)
+			}
+			err = mskError("kafka.sasl.mechanism", fmt.Sprintf("no token within %s (%s)", p.timeout, cause),
+				"the AWS credential chain did not answer in time: check this host's access to its credential source "+
+					"(STS, the EC2 or ECS metadata endpoint, SSO, a credential_process)", err)
+		case !isOE:
+			err = mskError("kafka.sasl.mechanism", err.Error(), mskCredentialFix, err)
 		}
 		if p.token != "" && now.Before(p.expires.Add(-mskMinValidity)) {
 			p.log.Warn("kafka.sasl.mechanism AWS_MSK_IAM: renewing the MSK IAM token failed; using the current one until it expires",

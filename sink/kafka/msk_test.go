@@ -199,9 +199,8 @@ func TestMSKTokenSignedPayload(t *testing.T) {
 	}
 }
 
-// TestMSKRegion: kafka.sasl.region wins; without it the AWS chain's region (AWS_REGION, then
-// AWS_DEFAULT_REGION... here AWS_REGION and the shared config file); with none, the error
-// names kafka.sasl.region.
+// TestMSKRegion: kafka.sasl.region wins; without it the AWS chain's region (AWS_REGION,
+// AWS_DEFAULT_REGION, the shared config file); with none, the error names kafka.sasl.region.
 func TestMSKRegion(t *testing.T) {
 	host := func(t *testing.T, tok string) string {
 		t.Helper()
@@ -247,6 +246,18 @@ func TestMSKRegion(t *testing.T) {
 			t.Errorf("kafka.sasl.region does not win over AWS_REGION: host %s", h)
 		}
 	})
+	t.Run("AWS_DEFAULT_REGION", func(t *testing.T) {
+		isolateAWS(t)
+		staticAWSCredentials(t)
+		t.Setenv("AWS_DEFAULT_REGION", "sa-east-1")
+		tok, err := mskToken(t, &SASLConfig{Mechanism: "AWS_MSK_IAM"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := host(t, tok); h != "kafka.sa-east-1.amazonaws.com" {
+			t.Errorf("host %s", h)
+		}
+	})
 	t.Run("shared config", func(t *testing.T) {
 		cfg := isolateAWS(t)
 		staticAWSCredentials(t)
@@ -273,10 +284,17 @@ func TestMSKCredentialErrors(t *testing.T) {
 		if err == nil {
 			t.Fatal("a token without credentials")
 		}
-		for _, s := range []string{"kafka.sasl.mechanism AWS_MSK_IAM: no AWS credentials in the standard chain", "AWS_ACCESS_KEY_ID", "AWS_PROFILE", "web identity", "instance role"} {
+		t.Logf("error: %v", err)
+		for _, s := range []string{"kafka.sasl.mechanism: AWS_MSK_IAM: no AWS credentials in the standard chain", "AWS_ACCESS_KEY_ID", "AWS_PROFILE", "web identity", "instance role"} {
 			if !strings.Contains(err.Error(), s) {
 				t.Errorf("error %q does not say %q", err, s)
 			}
+		}
+		// As sarama returns it from a connection attempt: ConnectHint names the key and the fix.
+		c := Config{SASL: &SASLConfig{Mechanism: "AWS_MSK_IAM"}}
+		hint := c.ConnectHint(fmt.Errorf("kafka: client has run out of available brokers to talk to: %w", err))
+		if !strings.HasPrefix(hint, "kafka.sasl.mechanism: ") || !strings.Contains(hint, "AWS_PROFILE") {
+			t.Errorf("ConnectHint %q", hint)
 		}
 	})
 	t.Run("credential_process output", func(t *testing.T) {
@@ -294,6 +312,7 @@ func TestMSKCredentialErrors(t *testing.T) {
 		if err == nil {
 			t.Fatal("a token from broken credential_process output")
 		}
+		t.Logf("error: %v", err)
 		if strings.Contains(fmt.Sprintf("%v %+v %#v", err, err, err), leak) {
 			t.Fatalf("the secret printed by credential_process is in the error: %v", err)
 		}
@@ -322,6 +341,7 @@ func TestMSKCredentialErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "no token within 300ms") {
 			t.Fatalf("error %v, want the timeout named", err)
 		}
+		t.Logf("error: %v", err)
 	})
 }
 
