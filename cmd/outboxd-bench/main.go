@@ -29,7 +29,8 @@ func main() {
 	var o bench.Options
 	var only, brokers, jsonPath string
 	var verbose bool
-	flag.IntVar(&o.N, "n", 0, "backlog size in rows (default 100000; 10000 with -short)")
+	flag.IntVar(&o.N, "n", 0, "backlog size in rows of poll-pg and vs-debezium-*, and of the drains when -drain-n is not given (default 100000; 10000 with -short)")
+	flag.IntVar(&o.DrainN, "drain-n", 0, "backlog size in rows of the drain scenarios (default -n if given, else 1000000: ≥ 5 s of drain; 10000 with -short)")
 	flag.BoolVar(&o.Short, "short", false, "CI mode: tiny backlog, one round, 5 s latency run")
 	flag.IntVar(&o.Rounds, "rounds", 0, "drain rounds per tool (default 3; 1 with -short)")
 	flag.StringVar(&only, "only", "", "comma-separated scenarios to run: "+strings.Join(bench.Scenarios, ","))

@@ -7,7 +7,7 @@
 //
 //	drain-pg-1     PostgreSQL drain, single-row transactions: pg_recvlogical, a bare Go
 //	               pglogrepl reader and outboxd, each on its own slot at the same LSN, Rounds
-//	               rounds with the order rotating
+//	               rounds with the order rotating; DrainN rows; the walsender's CPU (drain_cpu.go)
 //	drain-pg-1000  the same with 1000-row transactions
 //	drain-pg-messages  drain-pg-1's workload as pg_logical_emit_message events (messages.go)
 //	latency-pg     steady inserts (Rate/s for LatencyDuration), commit → consumed percentiles
@@ -53,7 +53,8 @@ import (
 
 // Options configure a bench run. Zero values get the defaults of Defaults.
 type Options struct {
-	N                int           // backlog size (rows) of the drain and baseline scenarios
+	N                int           // backlog size (rows) of the baseline scenarios (poll-pg, vs-debezium-*, republish-pg -short)
+	DrainN           int           // backlog of the drain scenarios (default 1000000: ≥ 5 s of drain; N when N is given; 10000 with Short)
 	Short            bool          // CI mode: tiny sizes, one round, 5 s latency run
 	Rounds           int           // drain rounds: each tool drains once per round, the order rotating
 	Only             []string      // scenario names to run (empty: all)
@@ -91,6 +92,17 @@ var Scenarios = []string{"drain-pg-1", "drain-pg-1000", "drain-pg-messages", "la
 	"memory-large-tx", "republish-pg", "vs-debezium-pg", "vs-debezium-mariadb", cleanupScenario}
 
 func (o *Options) defaults() {
+	if o.DrainN <= 0 {
+		// ≥ 5 s of drain at the 80k–200k events/s of 2 cores: start-up does not dominate.
+		switch {
+		case o.N > 0:
+			o.DrainN = o.N
+		case o.Short:
+			o.DrainN = 10000
+		default:
+			o.DrainN = 1000000
+		}
+	}
 	if o.N <= 0 {
 		o.N = 100000
 		if o.Short {
@@ -170,6 +182,7 @@ type Report struct {
 	Machine  Machine   `json:"machine"`
 	Options  struct {
 		N               int      `json:"n"`
+		DrainN          int      `json:"drain_n"`
 		Short           bool     `json:"short"`
 		Rounds          int      `json:"rounds"`
 		LatencyRate     int      `json:"latency_rate"`
@@ -242,6 +255,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep := &Report{Started: time.Now()}
 	rep.Options.N, rep.Options.Short, rep.Options.Rounds = o.N, o.Short, o.Rounds
+	rep.Options.DrainN = o.DrainN
 	rep.Options.LatencyRate, rep.Options.LatencyDuration = o.LatencyRate, o.LatencyDuration.String()
 	rep.Options.MemoryRows, rep.Options.PollBatch, rep.Options.KafkaExtra = o.MemoryRows, o.PollBatch, o.KafkaExtra
 	rep.Options.OffsetsDir = o.OffsetsDir
@@ -413,8 +427,8 @@ func WriteMarkdown(w io.Writer, r *Report) {
 		fmt.Fprintf(w, " MariaDB: %s.", m.MariaDB)
 	}
 	fmt.Fprintf(w, " Kafka: %s.\n", m.Kafka)
-	fmt.Fprintf(w, "Options: N=%d, rounds=%d, latency %d/s for %s, memory backlog %d rows, poll batch %d%s. Took %s.\n\n",
-		r.Options.N, r.Options.Rounds, r.Options.LatencyRate, r.Options.LatencyDuration, r.Options.MemoryRows,
+	fmt.Fprintf(w, "Options: N=%d, drain backlog %d rows, rounds=%d, latency %d/s for %s, memory backlog %d rows, poll batch %d%s. Took %s.\n\n",
+		r.Options.N, r.Options.DrainN, r.Options.Rounds, r.Options.LatencyRate, r.Options.LatencyDuration, r.Options.MemoryRows,
 		r.Options.PollBatch, map[bool]string{true: " (-short)"}[r.Options.Short], r.Duration)
 	if r.Options.OffsetsDir != "" {
 		fmt.Fprintf(w, "outboxd offsets files in %s.\n\n", r.Options.OffsetsDir)
@@ -444,6 +458,8 @@ func formatValue(v float64, unit string) string {
 		return fmt.Sprintf("%.0f events/s", v)
 	case "ratio":
 		return fmt.Sprintf("%.2f", v)
+	case "fraction":
+		return fmt.Sprintf("%.0f%%", 100*v)
 	case "ms":
 		return fmt.Sprintf("%.1f ms", v)
 	case "MiB":

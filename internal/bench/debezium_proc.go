@@ -13,10 +13,6 @@ import (
 // The vs-debezium scenarios measure each tool as a process tree: the outboxd process, or the
 // Kafka Connect JVM (its threads are counted in the process, as /proc/<pid>/stat sums them).
 
-// clockTicks is USER_HZ, the unit of the CPU fields of /proc/<pid>/stat: 100 on every Linux
-// architecture the bench runs on (the kernel exports it in these units whatever CONFIG_HZ is).
-const clockTicks = 100
-
 // procStat is what the bench reads from one /proc/<pid>/stat line.
 type procStat struct {
 	pid, ppid int
@@ -27,7 +23,7 @@ type procStat struct {
 
 // cpu is the process's CPU time including its waited-for children.
 func (s procStat) cpu() time.Duration {
-	return time.Duration(s.utime+s.stime+s.cutime+s.cstime) * time.Second / clockTicks
+	return ticksToDuration(s.utime + s.stime + s.cutime + s.cstime)
 }
 
 // parseProcStat parses a /proc/<pid>/stat line. The command name (field 2) is in parentheses

@@ -41,7 +41,7 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 		return nil, err
 	}
 	tag := e.runID + "_" + strings.TrimPrefix(scenario, "drain-")
-	b, err := be.PrepareDrain(ctx, tag, o.N, rowsPerTx, tools*o.Rounds)
+	b, err := be.PrepareDrain(ctx, tag, o.DrainN, rowsPerTx, tools*o.Rounds)
 	if err != nil {
 		return nil, err
 	}
@@ -54,6 +54,10 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 	dups := make([]int64, tools)          // records beyond the backlog, per tool
 	cpus := make([][]float64, tools)      // CPU µs per event, per tool, per round (see cpuNow)
 	storedLag := make([][]float64, tools) // ms from all acked to the stored position covering it
+	secs := make([][]float64, tools)      // drain wall time (s), per tool, per round
+	benchCPUs := make([][]float64, tools) // own process: the bench process's CPU µs per event beside it
+	srvCPU := make([]serverCPUs, tools)   // the server's reader (walsender, binlog dump thread), per tool, per round
+	sr, watchServer := be.(serverReader)
 	for r := range o.Rounds {
 		for k := range tools {
 			tool := (k + r) % tools
@@ -93,8 +97,13 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 					return stored && !ackedAt.IsZero(), err
 				}
 			}
+			var sw *cpuWatch
+			if watchServer {
+				sw = sr.watchServerReader(ctx, b, i)
+			}
 			cpu0 := cpuNow()
 			t0 := time.Now()
+			var pr procRun
 			switch names[tool] {
 			case inProcess:
 				var prof profiles
@@ -109,7 +118,6 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 				}
 				d, err = runOutboxdInProcess(ctx, e, cfgText, done, prof)
 			case process:
-				var pr procRun
 				pr, err = runOutboxdProcess(ctx, bin, cfgText, done)
 				if err == nil && !pr.drained {
 					err = fmt.Errorf("outboxd process stopped before draining the backlog: %s: %s", pr.exit, pr.logTail)
@@ -117,6 +125,9 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 				d = pr.elapsed
 			default:
 				d, err = be.RunReference(ctx, b, tool, i)
+			}
+			if sw != nil {
+				srvCPU[tool] = append(srvCPU[tool], sw.stop())
 			}
 			if watch != nil {
 				watch.Close()
@@ -129,6 +140,12 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 				d = ackedAt.Sub(t0)
 			}
 			cpu := cpuNow() - cpu0
+			if names[tool] == process {
+				// outboxd's own figure: its /proc/<pid>/stat when drained; the bench process
+				// (the embedded broker, the ack watch) is reported beside it.
+				benchCPUs[tool] = append(benchCPUs[tool], float64(cpu.Microseconds())/float64(b.Rows))
+				cpu = pr.cpu
+			}
 			if tool >= len(refs) {
 				n, err := countRecords(e.brokers, topicsOf(topicPrefix))
 				if err != nil {
@@ -148,6 +165,7 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 			o.Log.Info("drained", "tool", names[tool], "round", r+1, "took", d.Round(time.Millisecond),
 				"events/s", int(float64(b.Rows)/d.Seconds()), "cpu", cpu.Round(time.Millisecond))
 			rates[tool] = append(rates[tool], float64(b.Rows)/d.Seconds())
+			secs[tool] = append(secs[tool], d.Seconds())
 			cpus[tool] = append(cpus[tool], float64(cpu.Microseconds())/float64(b.Rows))
 		}
 	}
@@ -175,6 +193,17 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 		extra := runsExtra(rates[k])
 		for r, c := range cpus[k] {
 			extra[fmt.Sprintf("cpu_us_per_event_run%d", r+1)] = c
+			extra[fmt.Sprintf("drain_s_run%d", r+1)] = secs[k][r]
+		}
+		for r, c := range benchCPUs[k] {
+			extra[fmt.Sprintf("bench_cpu_us_per_event_run%d", r+1)] = c
+		}
+		if names[k] == process {
+			detail += " (outboxd's own /proc/<pid>/stat, start to drained; the bench process beside it, embedded broker included: " +
+				fmtFloats(benchCPUs[k], "%.1f") + ")"
+		}
+		if short := shortDrains(secs[k]); short != "" {
+			detail += "; " + short
 		}
 		res = append(res, Result{Scenario: scenario, Name: name, Value: mean(rates[k]), Unit: "events/s",
 			Detail: detail, Extra: extra})
@@ -200,6 +229,9 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 		detail += fmt.Sprintf("; CPU per event %.1f× %s's", mean(cpus[k])/mean(cpus[0]), refs[0])
 		res = append(res, Result{Scenario: scenario, Name: fmt.Sprintf("ratio outboxd (%s) / %s", which, refs[0]),
 			Value: mean(rates[k]) / mean(rates[0]), Unit: "ratio", Detail: detail})
+	}
+	if watchServer {
+		res = append(res, serverCPUResults(scenario, sr, labels(names, len(refs)), b.Rows, rowsPerTx, secs, cpus, srvCPU)...)
 	}
 	return res, nil
 }

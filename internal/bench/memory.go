@@ -113,6 +113,9 @@ type procRun struct {
 	exit, logTail     string
 	overCap           bool    // killed by the bench: VmRSS passed procOpts.rssCapKiB
 	gc                gcTrace // GODEBUG=gctrace=1 lines of the run (procOpts.gctrace)
+	// cpu is the process's own CPU time (/proc/<pid>/stat utime+stime) from its start to the
+	// moment done said drained, before it was stopped (0 if not drained).
+	cpu time.Duration
 }
 
 // procOpts are the knobs of runOutboxdProc beyond runOutboxdProcess's defaults.
@@ -244,6 +247,7 @@ func runOutboxdProc(ctx context.Context, bin, cfgText string, done func(source.P
 			}
 			r.elapsed = time.Since(t0)
 			r.drained = true
+			r.cpu = pidCPU(pid)
 			sample()
 			stop()
 			return r, nil

@@ -57,6 +57,9 @@ func (p *pgMessagesBackend) References() []string { return []string{"pg_recvlogi
 // RatioTarget: no target for the message workload.
 func (p *pgMessagesBackend) RatioTarget(int) float64 { return 0 }
 
+// cpuRatioTarget: none for the message workload either.
+func (p *pgMessagesBackend) cpuRatioTarget(int) string { return "" }
+
 func (p *pgMessagesBackend) PrepareDrain(ctx context.Context, tag string, events, perTx, readers int) (*Backlog, error) {
 	if err := p.ensureSchema(ctx); err != nil {
 		return nil, err
