@@ -33,30 +33,39 @@ var sizeUnits = []struct {
 }{{"TB", 1 << 40}, {"GB", 1 << 30}, {"MB", 1 << 20}, {"kB", 1 << 10}, {"B", 1}}
 
 // ParseSize parses a size in PostgreSQL's units ("1GB", "512MB", "1.5GB", "64kB", "100B"):
-// a non-negative number and one of B, kB, MB, GB, TB (1024-based). A bare number is refused:
-// its unit would be a guess.
+// a non-negative number and one of B, kB, MB, GB, TB (1024-based, case-sensitive as in
+// postgresql.conf). A bare number is refused: its unit would be a guess.
 func ParseSize(s string) (int64, error) {
 	t := strings.TrimSpace(s)
-	for _, u := range sizeUnits {
-		num, ok := strings.CutSuffix(t, u.name)
-		if !ok {
-			continue
-		}
-		num = strings.TrimSpace(num)
-		f, err := strconv.ParseFloat(num, 64)
-		if err != nil || num == "" || strings.ContainsAny(num, "eEnNiIxX") {
-			return 0, fmt.Errorf("%q is not a size: write a number and a unit, e.g. 1GB or 512MB", s)
-		}
-		if f < 0 {
-			return 0, fmt.Errorf("%q is negative", s)
-		}
-		b := f * float64(u.mult)
-		if b >= math.MaxInt64 {
-			return 0, fmt.Errorf("%q is too large", s)
-		}
-		return int64(b), nil
+	i := 0
+	for i < len(t) && (t[i] == '-' || t[i] == '+' || t[i] == '.' || '0' <= t[i] && t[i] <= '9') {
+		i++
 	}
-	return 0, fmt.Errorf("%q has no unit: write a number and one of B, kB, MB, GB, TB (PostgreSQL's units, 1024-based), e.g. 1GB", s)
+	num, unit := t[:i], strings.TrimSpace(t[i:])
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a size: write a number and a unit, e.g. 1GB or 512MB", s)
+	}
+	if unit == "" {
+		return 0, fmt.Errorf("%q has no unit: write a number and one of B, kB, MB, GB, TB (PostgreSQL's units, 1024-based), e.g. 1GB", s)
+	}
+	mult := int64(0)
+	for _, u := range sizeUnits {
+		if unit == u.name {
+			mult = u.mult
+		}
+	}
+	if mult == 0 {
+		return 0, fmt.Errorf("%q: unknown unit %q: use B, kB, MB, GB or TB (PostgreSQL's units, case-sensitive, 1024-based)", s, unit)
+	}
+	if f < 0 {
+		return 0, fmt.Errorf("%q is negative", s)
+	}
+	b := f * float64(mult)
+	if b >= math.MaxInt64 {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return int64(b), nil
 }
 
 // formatSize prints n bytes in the largest PostgreSQL unit that keeps it at 1 or more

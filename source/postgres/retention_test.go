@@ -9,16 +9,17 @@ import (
 func TestParseSize(t *testing.T) {
 	for in, want := range map[string]int64{
 		"1GB": 1 << 30, "1.5GB": 3 << 29, "512MB": 512 << 20, "64kB": 64 << 10, "100B": 100,
-		"2TB": 2 << 40, " 2 GB ": 2 << 30, "0MB": 0,
+		"2TB": 2 << 40, " 2 GB ": 2 << 30, "0MB": 0, "+3MB": 3 << 20, ".5GB": 1 << 29,
 	} {
 		if got, err := ParseSize(in); err != nil || got != want {
 			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
 	for in, msg := range map[string]string{
-		"12XB": "is not a size", "-1GB": "is negative", "1gb": "has no unit", "1KB": "is not a size",
-		"10": "has no unit", "": "has no unit", "GB": "is not a size", "1e3GB": "is not a size",
-		"NaNGB": "is not a size", "InfGB": "is not a size", "0x10MB": "is not a size", "99999999999TB": "too large",
+		"12XB": `unknown unit "XB"`, "-1GB": "is negative", "1gb": `unknown unit "gb"`, "1KB": `unknown unit "KB"`,
+		"10": "has no unit", "": "is not a size", "GB": "is not a size", "1e3GB": `unknown unit "e3GB"`,
+		"NaNGB": "is not a size", "InfGB": "is not a size", "0x10MB": "unknown unit", "99999999999TB": "too large",
+		"1.2.3GB": "is not a size", "--1GB": "is not a size",
 	} {
 		if got, err := ParseSize(in); err == nil || !strings.Contains(err.Error(), msg) {
 			t.Errorf("ParseSize(%q) = %d, %v; want an error with %q", in, got, err, msg)
@@ -40,11 +41,11 @@ func TestFormatSize(t *testing.T) {
 func TestRetentionSettings(t *testing.T) {
 	base := Settings{DSN: "postgres://u@h/db", Tables: []string{"public.outbox"}}
 	for _, c := range []struct{ min, failover, key, msg string }{
-		{"12XB", "", "source.postgres.min_safe_wal_size", `"12XB" is not a size`},
+		{"12XB", "", "source.postgres.min_safe_wal_size", `"12XB": unknown unit "XB"`},
 		{"-1GB", "", "source.postgres.min_safe_wal_size", "is negative"},
 		{"0GB", "", "source.postgres.min_safe_wal_size", "must be positive"},
 		{"10", "", "source.postgres.min_safe_wal_size", "has no unit"},
-		{"1gb", "", "source.postgres.min_safe_wal_size", "B, kB, MB, GB, TB"},
+		{"1gb", "", "source.postgres.min_safe_wal_size", "use B, kB, MB, GB or TB (PostgreSQL's units, case-sensitive"},
 		{"", "maybe", "source.postgres.failover_slot", `"maybe" is not one of auto | on | off`},
 		{"", "true", "source.postgres.failover_slot", "is not one of auto | on | off"},
 		{"", "ON", "source.postgres.failover_slot", "is not one of auto | on | off"},
