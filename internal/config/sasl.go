@@ -5,12 +5,13 @@ import (
 	"net/url"
 )
 
-// validateSASL checks kafka.sasl for its mechanism: PLAIN and SCRAM-* need username (and
-// password, checked by the producer's config), OAUTHBEARER needs token_url (http or https),
+// validateSASL checks kafka.sasl for its mechanism: PLAIN and SCRAM-* need username and
+// password, OAUTHBEARER needs token_url (http or https),
 // client_id and client_secret, AWS_MSK_IAM needs none of them (the AWS credential chain). A key
 // that belongs to another mechanism is refused, so a half-edited config does not silently
-// authenticate another way.
-func validateSASL(s *SASL) error {
+// authenticate another way. AWS_MSK_IAM needs kafka.tls (tls says whether it is set): MSK's IAM
+// listeners (port 9098, 9198 for public access) are TLS only.
+func validateSASL(s *SASL, tls bool) error {
 	if err := oneOf("kafka.sasl.mechanism", s.Mechanism, "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "AWS_MSK_IAM"); err != nil {
 		return err
 	}
@@ -44,10 +45,19 @@ func validateSASL(s *SASL) error {
 		}
 		others = [][]key{userKeys, awsKeys}
 	case "AWS_MSK_IAM":
+		if !tls {
+			return &Error{Key: "kafka.tls", Msg: "is required with kafka.sasl.mechanism AWS_MSK_IAM: Amazon MSK's IAM " +
+				"listeners (port 9098, 9198 for public access) accept only TLS; add kafka.tls: {} (the system CAs " +
+				"verify MSK's certificates) and use the cluster's IAM bootstrap brokers"}
+		}
 		others = [][]key{userKeys, oauthKeys}
 	default: // PLAIN, SCRAM-*
 		if s.Username == "" {
-			return &Error{Key: "kafka.sasl.username", Msg: "is required with kafka.sasl"}
+			return &Error{Key: "kafka.sasl.username", Msg: "is required with kafka.sasl.mechanism " + s.Mechanism}
+		}
+		if s.Password == "" {
+			return &Error{Key: "kafka.sasl.password", Msg: "is required with kafka.sasl.mechanism " + s.Mechanism +
+				" (put it in an environment variable: password: ${KAFKA_PASSWORD})"}
 		}
 		others = [][]key{oauthKeys, awsKeys}
 	}

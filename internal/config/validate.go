@@ -194,7 +194,7 @@ func (c *Config) Validate(sourceTypes ...string) error {
 		return &Error{Key: "kafka.transaction_timeout", Msg: fmt.Sprintf("%v: must be between 1s and 24h (and at most the brokers' transaction.max.timeout.ms, default 15m)", c.Kafka.TransactionTimeout)}
 	}
 	if s := c.Kafka.SASL; s != nil {
-		if err := validateSASL(s); err != nil { // sasl.go
+		if err := validateSASL(s, c.Kafka.TLS != nil); err != nil { // sasl.go
 			return err
 		}
 	}
