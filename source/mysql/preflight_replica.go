@@ -92,6 +92,30 @@ func readReplicas(c *client.Conn, mariadb bool) ([]replicaFilters, error) {
 	return out, nil
 }
 
+// mariadbReplicaFallback is the "replica filters" line from what a user without SLAVE MONITOR
+// may read on MariaDB: the Slaves_running status (0: no replication applies rows here now)
+// and the global replicate_* variables (the default connection's filters).
+func mariadbReplicaFallback(c *client.Conn, logUpdates string, captured map[tableKey]string, fold bool) (checkLine, error) {
+	rows, err := query(c, "SHOW GLOBAL STATUS WHERE Variable_name = 'Slaves_running'")
+	if err != nil || len(rows) == 0 {
+		return checkLine{}, fmt.Errorf("read Slaves_running: %v", err)
+	}
+	if strings.TrimSpace(rows[0][1]) == "0" {
+		return checkLine{name: "replica filters", ok: true, reason: "no replication applies rows here (Slaves_running=0)"}, nil
+	}
+	vars, err := query(c, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('"+strings.Join(filterColumns, "','")+"')")
+	if err != nil {
+		return checkLine{}, err
+	}
+	f := replicaFilters{Source: "its primary", MariaDB: true}
+	for _, v := range vars {
+		if j := slices.Index(filterColumns, strings.ToLower(v[0])); j >= 0 {
+			*f.lists()[j] = splitList(v[1])
+		}
+	}
+	return replicaLines([]replicaFilters{f}, logUpdates, captured, fold)[0], nil
+}
+
 // exclusion is why a channel's filters keep a table out: the filter (a filterColumns name),
 // and the entry to remove from it, or (add) the entry to add to it.
 type exclusion struct {

@@ -32,7 +32,7 @@ const (
 
 // retentionVars are the server variables the retention line reads, lower-cased names.
 var retentionVars = []string{"binlog_expire_logs_seconds", "expire_logs_days", "binlog_expire_logs_auto_purge",
-	"max_binlog_total_size", "aurora_version", "log_slave_updates", "log_replica_updates"}
+	"max_binlog_total_size", "aurora_version", "basedir", "log_slave_updates", "log_replica_updates"}
 
 // rdsConfig is what mysql.rds_show_configuration says of `binlog retention hours`.
 type rdsConfig struct {
@@ -51,6 +51,12 @@ type retention struct {
 
 // aurora reports whether the server is Aurora MySQL (it has @@aurora_version).
 func (r retention) aurora() bool { _, ok := r.Vars["aurora_version"]; return ok }
+
+// looksRDS reports whether the server says it is RDS or Aurora without the procedure: Aurora's
+// @@aurora_version, RDS's @@basedir under /rdsdbbin/.
+func (r retention) looksRDS() bool {
+	return r.aurora() || strings.HasPrefix(r.Vars["basedir"], "/rdsdbbin")
+}
 
 // nullRow is a result row keyed by lower-cased column name.
 type nullRow map[string]sql.NullString
@@ -139,14 +145,15 @@ func readRetention(c *client.Conn, mariadb bool) (retention, error) {
 	for _, row := range rows {
 		r.Vars[strings.ToLower(row[0])] = strings.TrimSpace(row[1])
 	}
-	r.RDS, r.RDSErr = readRDSConfig(c)
+	r.RDS, r.RDSErr = readRDSConfig(c, r.looksRDS())
 	return r, nil
 }
 
-// readRDSConfig calls mysql.rds_show_configuration when information_schema.ROUTINES lists it.
-// A user that may not see the routine there may still call it: the call is tried anyway, and
-// "does not exist" then means the server is not RDS. nil, nil: not RDS.
-func readRDSConfig(c *client.Conn) (*rdsConfig, error) {
+// readRDSConfig calls mysql.rds_show_configuration when information_schema.ROUTINES lists it
+// (it lists the routines the user may execute). When it does not, the call is tried anyway:
+// "does not exist" means not RDS, and so does a refusal (MySQL checks EXECUTE before
+// existence) unless rdsHint (looksRDS) says the server is RDS. nil, nil: not RDS.
+func readRDSConfig(c *client.Conn, rdsHint bool) (*rdsConfig, error) {
 	listed, err := query(c, "SELECT 1 FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = 'mysql' "+
 		"AND ROUTINE_NAME = 'rds_show_configuration' AND ROUTINE_TYPE = 'PROCEDURE'")
 	if err != nil {
@@ -154,7 +161,8 @@ func readRDSConfig(c *client.Conn) (*rdsConfig, error) {
 	}
 	rows, err := callNamed(c, "CALL mysql.rds_show_configuration")
 	if err != nil {
-		if me := myError(err); me != nil && me.Code == gomysql.ER_SP_DOES_NOT_EXIST && len(listed) == 0 {
+		if me := myError(err); me != nil && len(listed) == 0 && (me.Code == gomysql.ER_SP_DOES_NOT_EXIST || !rdsHint &&
+			(me.Code == gomysql.ER_PROCACCESS_DENIED_ERROR || me.Code == gomysql.ER_DBACCESS_DENIED_ERROR || me.Code == gomysql.ER_TABLEACCESS_DENIED_ERROR)) {
 			return nil, nil
 		}
 		return &rdsConfig{}, fmt.Errorf("CALL mysql.rds_show_configuration: %w", err)
@@ -226,7 +234,7 @@ func retentionLine(r retention, min time.Duration) (reason, fix string) {
 	if d >= min {
 		return fmt.Sprintf("binlogs are kept %s (%s); %s", fmtDuration(d), by, horizon), ""
 	}
-	reason = fmt.Sprintf("binlogs are purged after %s (%s), shorter than %s: an outboxd stopped or lagging for longer "+
+	reason = fmt.Sprintf("binlogs are purged after %s (%s), shorter than %s: an outboxd stopped or disconnected for longer "+
 		"loses its position (the run then refuses to start until offsets are set again)", fmtDuration(d), by, horizon)
 	return reason, serverRetentionFix(r, min)
 }
@@ -293,7 +301,7 @@ func rdsRetentionLine(r retention, min time.Duration, horizon string) (reason, f
 			"binlog_expire_logs_seconds); %s", service, fmtDuration(d), r.RDS.Hours, horizon), ""
 	}
 	return fmt.Sprintf("%s: binlogs are purged after %s (`binlog retention hours` = %s), shorter than %s: an outboxd stopped "+
-		"or lagging for longer loses its position", service, fmtDuration(d), r.RDS.Hours, horizon), fix
+		"or disconnected for longer loses its position", service, fmtDuration(d), r.RDS.Hours, horizon), fix
 }
 
 // fmtDuration prints whole hours as "24h", else as time.Duration does.
@@ -328,17 +336,28 @@ func (a *Adapter) checkRetention(ctx context.Context, st ServerStatus, report fu
 		reason, fix := retentionLine(r, a.set.MinBinlogRetention)
 		report("binlog retention", true, reason, fix)
 	}
+	logUpdates := r.Vars["log_replica_updates"]
+	if logUpdates == "" {
+		logUpdates = r.Vars["log_slave_updates"]
+	}
+	fold := st.LowerCaseTableNames != 0
 	reps, err := readReplicas(c, mariadb)
+	if err != nil && mariadb {
+		// MariaDB's SHOW ALL SLAVES STATUS needs SLAVE MONITOR, which the documented grants
+		// (REPLICATION SLAVE, BINLOG MONITOR) lack: judge from what any user may read.
+		l, lerr := mariadbReplicaFallback(c, logUpdates, s.captured, fold)
+		if lerr == nil {
+			l.reason += " (SHOW ALL SLAVES STATUS, which would name the primary and a stopped replica's filters, needs SLAVE MONITOR: " + err.Error() + ")"
+			report(l.name, l.ok, l.reason, l.fix)
+			return
+		}
+	}
 	if err != nil {
 		report("replica filters", true, "not checked: "+err.Error(),
 			"GRANT REPLICATION CLIENT (MariaDB: SLAVE MONITOR) ON *.* to the user, then check again")
 		return
 	}
-	logUpdates := r.Vars["log_replica_updates"]
-	if logUpdates == "" {
-		logUpdates = r.Vars["log_slave_updates"]
-	}
-	for _, l := range replicaLines(reps, logUpdates, s.captured, st.LowerCaseTableNames != 0) {
+	for _, l := range replicaLines(reps, logUpdates, s.captured, fold) {
 		report(l.name, l.ok, l.reason, l.fix)
 	}
 }

@@ -87,6 +87,21 @@ func TestRetentionPreflightMariaDB(t *testing.T) {
 	expect("rds 12", s, true, "binlogs are purged after 12h (`binlog retention hours` = 12)", "CALL mysql.rds_set_configuration('binlog retention hours', 168);")
 	rdsStandIn(t, m, "'168'")
 	expect("rds 168", s, false, "Amazon RDS for MySQL: binlogs are kept 168h (`binlog retention hours` = 168", "")
+	// A user with the documented grants only: it cannot execute the procedure (ROUTINES does
+	// not list it to that user, and the server is not RDS by its variables), so the server
+	// variables decide; with EXECUTE the RDS value does. Without SLAVE MONITOR the replica
+	// line comes from Slaves_running.
+	set("CREATE USER 'outboxd'@'%' IDENTIFIED BY 'pw'", "GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO 'outboxd'@'%'",
+		"GRANT SELECT ON app.* TO 'outboxd'@'%'")
+	limited := s
+	limited.DSN = fmt.Sprintf("mysql://outboxd:pw@127.0.0.1:%d/app", m.Port)
+	expect("limited user, rds procedure not executable", limited, false, "binlogs are kept 48h (binlog_expire_logs_seconds=172800)", "")
+	if l := preflightLines(t, limited)["replica filters"]; !l.ok || l.fix != "" ||
+		!strings.Contains(l.reason, "no replication applies rows here (Slaves_running=0) (SHOW ALL SLAVES STATUS, which would name the primary and a stopped replica's filters, needs SLAVE MONITOR") {
+		t.Errorf("limited user, replica filters: %+v", l)
+	}
+	set("GRANT EXECUTE ON PROCEDURE mysql.rds_show_configuration TO 'outboxd'@'%'")
+	expect("limited user with EXECUTE", limited, false, "Amazon RDS for MySQL: binlogs are kept 168h", "")
 	set("DROP PROCEDURE mysql.rds_show_configuration")
 	expect("rds gone", s, false, "binlogs are kept 48h (binlog_expire_logs_seconds=172800)", "")
 }
@@ -98,7 +113,10 @@ func TestRetentionPreflightMariaDB(t *testing.T) {
 func TestRetentionReplicaFiltersMariaDB(t *testing.T) {
 	t.Parallel()
 	primary := testenv.NewMariaDB(t, testenv.MariaDBOptions{RowMetadata: true, ServerID: 21})
-	replica := testenv.NewMariaDB(t, testenv.MariaDBOptions{RowMetadata: true, ServerID: 22, Extra: []string{"--log-slave-updates=ON"}})
+	// A GTID domain of its own: the replica's own writes (CREATE DATABASE app, CREATE USER)
+	// would be out of order with the primary's in one domain under gtid_strict_mode.
+	replica := testenv.NewMariaDB(t, testenv.MariaDBOptions{RowMetadata: true, ServerID: 22,
+		Extra: []string{"--log-slave-updates=ON", "--gtid-domain-id=22"}})
 	ctx := context.Background()
 	on := func(m *testenv.MariaDB, sql ...string) {
 		t.Helper()
@@ -106,9 +124,7 @@ func TestRetentionReplicaFiltersMariaDB(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The replica's own GTIDs (CREATE DATABASE app) would be out of order with the primary's
-	// in the same domain under gtid_strict_mode: start its binlog afresh.
-	on(replica, "RESET MASTER", fmt.Sprintf("CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = %d, MASTER_USER = 'root', MASTER_USE_GTID = slave_pos", primary.Port),
+	on(replica, fmt.Sprintf("CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = %d, MASTER_USER = 'root', MASTER_USE_GTID = slave_pos", primary.Port),
 		"START SLAVE")
 	// caughtUp waits until the replica has applied everything the primary has logged.
 	caughtUp := func() {
@@ -155,6 +171,15 @@ func TestRetentionReplicaFiltersMariaDB(t *testing.T) {
 	caughtUp()
 	if rows, err := replica.Query("app", "SELECT COUNT(*) FROM outbox"); err != nil || rows[0][0] != "0" {
 		t.Errorf("replica rows with replicate_ignore_db=app: %v %v", rows, err)
+	}
+	// A user without SLAVE MONITOR: the running replication and the global variables decide.
+	on(replica, "CREATE USER 'outboxd'@'%' IDENTIFIED BY 'pw'", "GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO 'outboxd'@'%'",
+		"GRANT SELECT ON app.* TO 'outboxd'@'%'")
+	limited := s
+	limited.DSN = fmt.Sprintf("mysql://outboxd:pw@127.0.0.1:%d/app", replica.Port)
+	if l := preflightLines(t, limited)["replica filters"]; l.ok || !strings.Contains(l.reason, "this server is a replica of its primary: rows of app.outbox replicated") ||
+		!strings.Contains(l.reason, "needs SLAVE MONITOR") || !strings.Contains(l.fix, "SET GLOBAL replicate_ignore_db = ''") {
+		t.Errorf("limited user, replicate_ignore_db=app: %+v", l)
 	}
 	on(replica, "STOP SLAVE", "SET GLOBAL replicate_ignore_db = ''", "SET GLOBAL replicate_wild_ignore_table = 'app.out%'", "START SLAVE")
 	if l := line(); l.ok || !strings.Contains(l.reason, "Replicate_Wild_Ignore_Table pattern app.out% matches app.outbox") ||
