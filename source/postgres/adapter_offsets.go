@@ -24,7 +24,8 @@ import (
 // says the snapshot depends on it.
 func (a *Adapter) Preflight(ctx context.Context, stored func(context.Context) (source.Position, error), report func(name string, ok bool, reason, fix string)) {
 	res := Preflight(ctx, Config{DSN: a.cfg.DSN, Tables: a.cfg.Tables, Slot: a.cfg.Slot,
-		Publication: a.cfg.Publication, Columns: a.cfg.Columns, MessagePrefix: a.cfg.MessagePrefix})
+		Publication: a.cfg.Publication, Columns: a.cfg.Columns, MessagePrefix: a.cfg.MessagePrefix,
+		FailoverSlot: a.cfg.FailoverSlot, MinSafeWALSize: a.cfg.MinSafeWALSize})
 	for _, r := range res {
 		fix := r.Fix
 		if r.OK && !r.Warn {

@@ -254,3 +254,28 @@ func TestAdapterStandby(t *testing.T) {
 		t.Errorf("an unreachable server before the first term must be left to the pipeline to report: %v", err)
 	}
 }
+
+// TestAdapterPreflightPassesSettings: check reads source.postgres.failover_slot (and
+// min_safe_wal_size) from the adapter's settings: failover_slot: on is a FAIL on PostgreSQL 15
+// naming the key, auto is not.
+func TestAdapterPreflightPassesSettings(t *testing.T) {
+	dsn, _ := testDB(t, "adprefo")
+	failed := func(setting string) []string {
+		var fails []string
+		NewAdapter(Settings{DSN: dsn, Tables: []string{"public.outbox"}, Columns: adapterCols, Slot: "adprefo",
+			Publication: "adprefo", FailoverSlot: setting, MinSafeWALSize: "2GB"}, nil).
+			Preflight(context.Background(), nil, func(name string, ok bool, reason, fix string) {
+				if !ok {
+					fails = append(fails, name+": "+reason+" — "+fix)
+				}
+			})
+		return fails
+	}
+	if f := failed("auto"); len(f) != 0 {
+		t.Errorf("failover_slot auto: FAIL lines %v", f)
+	}
+	f := failed("on")
+	if len(f) != 1 || !strings.Contains(f[0], "source.postgres.failover_slot") {
+		t.Errorf("failover_slot on (PostgreSQL 15): want one FAIL naming source.postgres.failover_slot, got %v", f)
+	}
+}
