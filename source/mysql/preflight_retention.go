@@ -262,6 +262,9 @@ func serverRetentionFix(r retention, min time.Duration) string {
 // purge by (the server variables are not).
 func rdsRetentionLine(r retention, min time.Duration, horizon string) (reason, fix string) {
 	service, max := "Amazon RDS for MySQL", rdsMaxRetentionHours
+	if r.MariaDB {
+		service = "Amazon RDS for MariaDB"
+	}
 	if r.aurora() {
 		service, max = "Aurora MySQL", auroraMaxRetentionHours
 	}

@@ -41,8 +41,9 @@ func rdsStandIn(t *testing.T, m *testenv.MariaDB, value string) {
 // TestRetentionPreflightMariaDB: the "binlog retention" line on a real MariaDB 10.11 as its
 // variables change (0: kept; binlog_expire_logs_seconds and its linked expire_logs_days; a
 // min_binlog_retention above them), then with a stand-in of RDS's mysql.rds_show_configuration
-// (NULL, 12 and 168 hours), which supersedes the server variables; and the replica filter line
-// of a server that is not a replica. The stand-in is dropped at the end.
+// (NULL, 12 and 168 hours; on MariaDB it stands for RDS for MariaDB), which supersedes the
+// server variables, also for a user with only the documented grants; and the replica filter
+// line of a server that is not a replica. The stand-in is dropped at the end.
 func TestRetentionPreflightMariaDB(t *testing.T) {
 	t.Parallel()
 	m := testenv.NewMariaDB(t, testenv.MariaDBOptions{RowMetadata: true})
@@ -81,12 +82,12 @@ func TestRetentionPreflightMariaDB(t *testing.T) {
 	// RDS: the procedure's value supersedes the variables (2 days here).
 	t.Cleanup(func() { _ = m.Exec(context.Background(), "", "DROP PROCEDURE IF EXISTS mysql.rds_show_configuration") })
 	rdsStandIn(t, m, "NULL")
-	expect("rds NULL", s, true, "Amazon RDS for MySQL: `binlog retention hours` is NULL (the default): binlogs are purged as soon as RDS no longer needs them",
+	expect("rds NULL", s, true, "Amazon RDS for MariaDB: `binlog retention hours` is NULL (the default): binlogs are purged as soon as RDS no longer needs them",
 		"CALL mysql.rds_set_configuration('binlog retention hours', 168);")
 	rdsStandIn(t, m, "'12'")
 	expect("rds 12", s, true, "binlogs are purged after 12h (`binlog retention hours` = 12)", "CALL mysql.rds_set_configuration('binlog retention hours', 168);")
 	rdsStandIn(t, m, "'168'")
-	expect("rds 168", s, false, "Amazon RDS for MySQL: binlogs are kept 168h (`binlog retention hours` = 168", "")
+	expect("rds 168", s, false, "Amazon RDS for MariaDB: binlogs are kept 168h (`binlog retention hours` = 168", "")
 	// A user with the documented grants only: it cannot execute the procedure (ROUTINES does
 	// not list it to that user, and the server is not RDS by its variables), so the server
 	// variables decide; with EXECUTE the RDS value does. Without SLAVE MONITOR the replica
@@ -101,7 +102,7 @@ func TestRetentionPreflightMariaDB(t *testing.T) {
 		t.Errorf("limited user, replica filters: %+v", l)
 	}
 	set("GRANT EXECUTE ON PROCEDURE mysql.rds_show_configuration TO 'outboxd'@'%'")
-	expect("limited user with EXECUTE", limited, false, "Amazon RDS for MySQL: binlogs are kept 168h", "")
+	expect("limited user with EXECUTE", limited, false, "Amazon RDS for MariaDB: binlogs are kept 168h", "")
 	set("DROP PROCEDURE mysql.rds_show_configuration")
 	expect("rds gone", s, false, "binlogs are kept 48h (binlog_expire_logs_seconds=172800)", "")
 }

@@ -88,6 +88,11 @@ func TestRetentionRDS(t *testing.T) {
 	} {
 		rds := tc.rds
 		reason, fix := retentionLine(retention{Vars: tc.vars, RDS: &rds, RDSErr: tc.rdsErr}, tc.min)
+		if tc.name == "rds null" {
+			if mreason, _ := retentionLine(retention{MariaDB: true, Vars: tc.vars, RDS: &rds}, tc.min); !strings.HasPrefix(mreason, "Amazon RDS for MariaDB: ") {
+				t.Errorf("RDS for MariaDB: %q", mreason)
+			}
+		}
 		if (fix != "") != tc.warn || !strings.Contains(reason, tc.reason) || !strings.Contains(fix, tc.fixSubstr) {
 			t.Errorf("%s: %q — %q", tc.name, reason, fix)
 		}
