@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -363,6 +364,8 @@ func TestMSKTokenCacheAndRenewal(t *testing.T) {
 	var fail error
 	p := newMSKProvider("us-east-1", nil)
 	p.now = clock.now
+	var logs strings.Builder
+	p.log = slog.New(slog.NewTextHandler(&logs, nil))
 	p.generate = func(ctx context.Context) (string, int64, error) {
 		if _, ok := ctx.Deadline(); !ok {
 			t.Error("token generated without a deadline")
@@ -403,6 +406,9 @@ func TestMSKTokenCacheAndRenewal(t *testing.T) {
 	// The credentials come back: a new token at once.
 	fail = nil
 	get("token-5", 5)
+	if !strings.Contains(logs.String(), "renewing the MSK IAM token failed") || strings.Contains(logs.String(), "token-") {
+		t.Errorf("log %q: want the failed renewal logged, no token in it", logs.String())
+	}
 }
 
 // TestMSKApply: kafka.sasl.mechanism AWS_MSK_IAM is sarama's OAUTHBEARER with the MSK token
