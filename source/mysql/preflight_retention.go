@@ -47,15 +47,21 @@ type retention struct {
 	Vars    map[string]string // retentionVars present on the server (absent: not there)
 	RDS     *rdsConfig        // nil: no mysql.rds_show_configuration (not RDS / Aurora)
 	RDSErr  error             // the procedure exists but could not be called or read
+	// Host is source.dsn's host name ("" for a socket); AzureProcs and CloudSQL say the server
+	// is Azure Database for MySQL (mysql.az_* procedures) or Cloud SQL (cloudsql_* variables):
+	// see preflight_managed.go.
+	Host                 string
+	AzureProcs, CloudSQL bool
 }
 
 // aurora reports whether the server is Aurora MySQL (it has @@aurora_version).
 func (r retention) aurora() bool { _, ok := r.Vars["aurora_version"]; return ok }
 
 // looksRDS reports whether the server says it is RDS or Aurora without the procedure: Aurora's
-// @@aurora_version, RDS's @@basedir under /rdsdbbin/.
+// @@aurora_version, RDS's @@basedir under /rdsdbbin/, an RDS endpoint as source.dsn's host.
 func (r retention) looksRDS() bool {
-	return r.aurora() || strings.HasPrefix(r.Vars["basedir"], "/rdsdbbin")
+	return r.aurora() || strings.HasPrefix(r.Vars["basedir"], "/rdsdbbin") ||
+		strings.HasSuffix(r.Host, ".rds.amazonaws.com") || strings.HasSuffix(r.Host, ".rds.amazonaws.com.cn")
 }
 
 // nullRow is a result row keyed by lower-cased column name.
@@ -136,8 +142,8 @@ func connectMulti(ctx context.Context, d dsn) (*client.Conn, error) {
 
 // readRetention reads the retention variables and, where mysql.rds_show_configuration exists,
 // RDS's `binlog retention hours`.
-func readRetention(c *client.Conn, mariadb bool) (retention, error) {
-	r := retention{MariaDB: mariadb, Vars: map[string]string{}}
+func readRetention(c *client.Conn, mariadb bool, host string) (retention, error) {
+	r := retention{MariaDB: mariadb, Vars: map[string]string{}, Host: strings.ToLower(host)}
 	rows, err := query(c, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('"+strings.Join(retentionVars, "','")+"')")
 	if err != nil {
 		return r, fmt.Errorf("read the binlog expiry variables: %w", err)
@@ -146,6 +152,7 @@ func readRetention(c *client.Conn, mariadb bool) (retention, error) {
 		r.Vars[strings.ToLower(row[0])] = strings.TrimSpace(row[1])
 	}
 	r.RDS, r.RDSErr = readRDSConfig(c, r.looksRDS())
+	readManaged(c, &r)
 	return r, nil
 }
 
@@ -221,6 +228,9 @@ func retentionLine(r retention, min time.Duration) (reason, fix string) {
 	if err != nil {
 		return "cannot tell how long the server keeps binlogs: " + err.Error(),
 			"check the server's binlog_expire_logs_seconds / expire_logs_days, then check again"
+	}
+	if svc := r.managed(); svc != "" {
+		return managedRetentionLine(r, svc, d, keep, by, min, horizon) // preflight_managed.go
 	}
 	if !keep {
 		reason = "binlogs are kept until purged by hand (" + by + ")"
@@ -332,7 +342,11 @@ func (a *Adapter) checkRetention(ctx context.Context, st ServerStatus, report fu
 	}
 	defer c.Close()
 	mariadb := st.Flavor == gomysql.MariaDBFlavor
-	r, err := readRetention(c, mariadb)
+	host := ""
+	if s.dsn.Net == "tcp" {
+		host, _, _ = net.SplitHostPort(s.dsn.Addr)
+	}
+	r, err := readRetention(c, mariadb, host)
 	if err != nil {
 		report("binlog retention", true, "not checked: "+err.Error(), "GRANT the user access to the global variables, then check again")
 	} else {

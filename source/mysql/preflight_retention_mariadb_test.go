@@ -105,6 +105,14 @@ func TestRetentionPreflightMariaDB(t *testing.T) {
 	expect("limited user with EXECUTE", limited, false, "Amazon RDS for MariaDB: binlogs are kept 168h", "")
 	set("DROP PROCEDURE mysql.rds_show_configuration")
 	expect("rds gone", s, false, "binlogs are kept 48h (binlog_expire_logs_seconds=172800)", "")
+
+	// Azure, told by its mysql.az_* procedures (a stand-in here): 0 there deletes binlogs.
+	t.Cleanup(func() { _ = m.Exec(context.Background(), "", "DROP PROCEDURE IF EXISTS mysql.az_load_timezone") })
+	set("CREATE PROCEDURE mysql.az_load_timezone() SELECT 1", "SET GLOBAL binlog_expire_logs_seconds = 0")
+	expect("azure 0", s, true, "Azure Database for MySQL: binlog_expire_logs_seconds and expire_logs_days are 0, which there means a binlog is deleted",
+		"--name binlog_expire_logs_seconds --value 86400")
+	set("DROP PROCEDURE mysql.az_load_timezone")
+	expect("azure gone", s, false, "binlogs are kept until purged by hand", "")
 }
 
 // TestRetentionReplicaFiltersMariaDB: a real replica (MariaDB 10.11, log_slave_updates on) of a

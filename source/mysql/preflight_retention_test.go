@@ -215,3 +215,51 @@ func TestRetentionReplicaLines(t *testing.T) {
 		t.Errorf("harmless filters: %+v", l)
 	}
 }
+
+// TestRetentionManagedServices: Azure (binlog_expire_logs_seconds=0 deletes binlogs there; told
+// by the endpoint or the mysql.az_* procedures), Cloud SQL (transactionLogRetentionDays caps
+// retention) and the RDS hints used when the RDS procedure cannot be called.
+func TestRetentionManagedServices(t *testing.T) {
+	zero := map[string]string{"binlog_expire_logs_seconds": "0"}
+	week := map[string]string{"binlog_expire_logs_seconds": "604800"}
+	hour := map[string]string{"binlog_expire_logs_seconds": "3600"}
+	for _, tc := range []struct {
+		name   string
+		r      retention
+		min    time.Duration
+		warn   bool
+		reason string
+		fix    string
+	}{
+		{"azure by host, 0", retention{Vars: zero, Host: "db1.mysql.database.azure.com"}, 0, true,
+			"Azure Database for MySQL: binlog_expire_logs_seconds and expire_logs_days are 0, which there means a binlog is deleted as soon as",
+			"az mysql flexible-server parameter set --resource-group <rg> --server-name <server> --name binlog_expire_logs_seconds --value 86400"},
+		{"azure by procedures, 1h", retention{Vars: hour, AzureProcs: true}, 0, true, "Azure Database for MySQL: binlogs are purged after 1h", "--value 86400"},
+		{"azure, a week", retention{Vars: week, Host: "x.mysql.database.chinacloudapi.cn"}, 0, false, "Azure Database for MySQL: binlogs are kept 168h", ""},
+		{"cloud sql, 0, 24h", retention{Vars: zero, CloudSQL: true}, 0, false,
+			"Cloud SQL for MySQL: binlog_expire_logs_seconds / expire_logs_days set no limit (binlog_expire_logs_seconds and expire_logs_days are 0); binlogs on disk are also purged after the instance's transactionLogRetentionDays", ""},
+		{"cloud sql, 0, 72h", retention{Vars: zero, CloudSQL: true}, 72 * time.Hour, true, "keep it at 3 or more", "gcloud sql instances patch <instance> --retained-transaction-log-days=3"},
+		{"cloud sql, 1h", retention{Vars: hour, CloudSQL: true}, 0, true, "Cloud SQL for MySQL: binlogs are purged after 1h",
+			"gcloud sql instances patch <instance> --database-flags=binlog_expire_logs_seconds=86400"},
+		{"cloud sql, a week, 24h", retention{Vars: week, CloudSQL: true}, 0, false, "binlogs are kept at most 168h", ""},
+		{"self-hosted 0", retention{Vars: zero, Host: "db.example.com"}, 0, false, "binlogs are kept until purged by hand", ""},
+	} {
+		reason, fix := retentionLine(tc.r, tc.min)
+		if (fix != "") != tc.warn || !strings.Contains(reason, tc.reason) || !strings.Contains(fix, tc.fix) {
+			t.Errorf("%s: %q — %q", tc.name, reason, fix)
+		}
+	}
+	for _, tc := range []struct {
+		r    retention
+		want bool
+	}{
+		{retention{Vars: map[string]string{"basedir": "/rdsdbbin/mysql-8.0.39.R2/"}}, true},
+		{retention{Vars: map[string]string{"aurora_version": "3.08.0"}}, true},
+		{retention{Vars: map[string]string{}, Host: "db.abc123.eu-west-1.rds.amazonaws.com"}, true},
+		{retention{Vars: map[string]string{"basedir": "/usr/"}, Host: "db.example.com"}, false},
+	} {
+		if got := tc.r.looksRDS(); got != tc.want {
+			t.Errorf("looksRDS(%+v) = %v", tc.r, got)
+		}
+	}
+}
