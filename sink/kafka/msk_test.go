@@ -321,6 +321,23 @@ func TestMSKCredentialErrors(t *testing.T) {
 			t.Errorf("error %q does not name credential_process and the mechanism", err)
 		}
 	})
+	t.Run("broken credentials file", func(t *testing.T) {
+		const leak = "SECRETinCREDENTIALSfile0123"
+		for _, body := range []string{
+			"[default\naws_access_key_id = AKIDX\naws_secret_access_key = " + leak + "\n",
+			"[default]\naws_access_key_id = AKIDX\naws_secret_access_key " + leak + "\n",
+			"[default]\naws_secret_access_key = " + leak + "\n",
+		} {
+			isolateAWS(t)
+			if err := os.WriteFile(os.Getenv("AWS_SHARED_CREDENTIALS_FILE"), []byte(body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := mskToken(t, &SASLConfig{Mechanism: "AWS_MSK_IAM", Region: "us-east-1"})
+			if err == nil || !strings.Contains(err.Error(), "AWS_MSK_IAM") || strings.Contains(err.Error(), leak) {
+				t.Errorf("credentials file %q: error %v", body, err)
+			}
+		}
+	})
 	t.Run("hang", func(t *testing.T) {
 		cfg := isolateAWS(t)
 		// The SDK's credential cache goes on waiting for the process in the background (its own
