@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -95,6 +96,12 @@ func startOAuth(idp *OAuthServer, opts OAuthOpts) (*OAuthKafka, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	// Selector's DEBUG lines say "Successfully re-authenticated with ..." (Reauthentications).
+	if err := appendFile(filepath.Join(dir, "log4j2.properties"),
+		"logger.selector.name = org.apache.kafka.common.network.Selector\nlogger.selector.level = debug\n"); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
 	if err := ok.start(); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -173,6 +180,25 @@ func (k *OAuthKafka) oauthLogin(client string) error {
 	defer cancel()
 	_, err = kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
 	return err
+}
+
+// Reauthentications counts the KIP-368 re-authentications the broker logged (a client's
+// connection authenticated again, with a new token, before its session expired).
+func (k *OAuthKafka) Reauthentications() int {
+	b, _ := os.ReadFile(filepath.Join(k.Dir, "server.log"))
+	return strings.Count(string(b), "Successfully re-authenticated with")
+}
+
+func appendFile(path, s string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(s); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // Destroy kills the node (its data is thrown away) and removes its data.

@@ -115,6 +115,7 @@ func (s *oauthSuite) testDeliver(t *testing.T) {
 		t.Fatalf("%d distinct records (%d duplicates), want %d", n, dups, len(want))
 	}
 	issued := s.idp.Issued(oauthClient) - before
+	reauth := s.k.Reauthentications()
 	if code := p.Stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM exit %d:\n%s", code, p.Out.String())
 	}
@@ -130,7 +131,13 @@ func (s *oauthSuite) testDeliver(t *testing.T) {
 			t.Errorf("run logged a problem while its tokens were refreshed: %s", l)
 		}
 	}
-	t.Logf("%d rows delivered over %v; %d tokens fetched by run", len(want), time.Since(started).Round(time.Second), issued)
+	// The broker logged the connections re-authenticating (each with a token whose exp bounds
+	// its session): outboxd's connections outlived their first tokens.
+	if reauth == 0 {
+		t.Errorf("the broker logged no re-authentication in %v of %v tokens", time.Since(started).Round(time.Second), oauthLifetime)
+	}
+	t.Logf("%d rows delivered over %v; %d tokens fetched by run; %d re-authentications on the broker",
+		len(want), time.Since(started).Round(time.Second), issued, reauth)
 }
 
 // testMistakes: a wrong client secret, a token endpoint issuing expired tokens and an
