@@ -3,7 +3,8 @@
 // private MariaDB (drain-mariadb) and the embedded Kafka-protocol broker unless -pg-dsn /
 // -mysql-dsn / -brokers name servers to use, and prints a Markdown table (and JSON with -json).
 //
-//	go run ./cmd/outboxd-bench                 # full run (N = 100000), under 10 minutes on 2 cores
+//	go run ./cmd/outboxd-bench                 # full run (drains of 1M rows, N = 100000 elsewhere), about 10 minutes on 2 cores
+//	go run ./cmd/outboxd-bench -only drain-pg-1 -rounds 1  # walsender busy, ratio cpu outboxd / walsender on 1M rows
 //	go run ./cmd/outboxd-bench -short          # CI: tiny sizes, about a minute
 //	go run ./cmd/outboxd-bench -only drain-pg-1 -cpuprofile /tmp/ob
 //	go run ./cmd/outboxd-bench -only drain-mariadb  # outboxd vs a bare go-mysql BinlogSyncer

@@ -57,6 +57,7 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 	secs := make([][]float64, tools)      // drain wall time (s), per tool, per round
 	benchCPUs := make([][]float64, tools) // own process: the bench process's CPU µs per event beside it
 	srvCPU := make([]serverCPUs, tools)   // the server's reader (walsender, binlog dump thread), per tool, per round
+	idle := make([][]machineIdle, tools)  // the machine's idle CPU over each drain
 	sr, watchServer := be.(serverReader)
 	for r := range o.Rounds {
 		for k := range tools {
@@ -101,6 +102,7 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 			if watchServer {
 				sw = sr.watchServerReader(ctx, b, i)
 			}
+			m0, merr := readMachineCPU()
 			cpu0 := cpuNow()
 			t0 := time.Now()
 			var pr procRun
@@ -129,6 +131,11 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 			if sw != nil {
 				srvCPU[tool] = append(srvCPU[tool], sw.stop())
 			}
+			var mi machineIdle
+			if m1, err := readMachineCPU(); err == nil && merr == nil {
+				mi.idle, mi.steal, mi.ok = idleSince(m0, m1)
+			}
+			idle[tool] = append(idle[tool], mi)
 			if watch != nil {
 				watch.Close()
 			}
@@ -231,7 +238,7 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 			Value: mean(rates[k]) / mean(rates[0]), Unit: "ratio", Detail: detail})
 	}
 	if watchServer {
-		res = append(res, serverCPUResults(scenario, sr, labels(names, len(refs)), b.Rows, rowsPerTx, secs, cpus, srvCPU)...)
+		res = append(res, serverCPUResults(scenario, sr, labels(names, len(refs)), b.Rows, rowsPerTx, secs, cpus, srvCPU, idle)...)
 	}
 	return res, nil
 }

@@ -46,8 +46,17 @@ func shortDrains(secs []float64) string {
 }
 
 // serverCPUResults builds the CPU lines of a drain scenario: rows per drain, secs[k][r] and
-// cpus[k][r] (CPU µs per event) of tool k in round r, srv[k][r] its server reader's figures.
-func serverCPUResults(scenario string, sr serverReader, lbl []drainLabel, rows, rowsPerTx int, secs, cpus [][]float64, srv []serverCPUs) []Result {
+// cpus[k][r] (CPU µs per event) of tool k in round r, srv[k][r] its server reader's figures,
+// idle[k][r] the machine's idle CPU meanwhile.
+// machineIdle is the share of the machine's CPU time that was idle (iowait included) and stolen
+// by the hypervisor over a drain (/proc/stat): a reader busy well under 100% while the machine
+// had no idle CPU was starved, not waiting for its client.
+type machineIdle struct {
+	idle, steal float64
+	ok          bool
+}
+
+func serverCPUResults(scenario string, sr serverReader, lbl []drainLabel, rows, rowsPerTx int, secs, cpus [][]float64, srv []serverCPUs, idle [][]machineIdle) []Result {
 	reader := sr.serverReaderName()
 	key := strings.ReplaceAll(reader, " ", "_")
 	var res []Result
@@ -84,6 +93,17 @@ func serverCPUResults(scenario string, sr serverReader, lbl []drainLabel, rows, 
 		x.Detail = fmt.Sprintf("%s over the drain's wall time; per round: CPU %s s, drain %s s, busy %s; %s µs/event",
 			sr.serverReaderHow(), fmtFloats(cpuS, "%.2f"), fmtFloats(pick(secs[k], rounds), "%.2f"), strings.Join(pct, ", "),
 			fmtFloats(perEvent[k], "%.2f"))
+		var idles []string
+		for r, m := range idle[k] {
+			if m.ok {
+				x.Extra[fmt.Sprintf("machine_idle_run%d", r+1)] = m.idle
+				x.Extra[fmt.Sprintf("machine_steal_run%d", r+1)] = m.steal
+				idles = append(idles, fmt.Sprintf("%.0f%%", 100*m.idle))
+			}
+		}
+		if len(idles) > 0 {
+			x.Detail += "; machine CPU idle meanwhile (/proc/stat): " + strings.Join(idles, ", ")
+		}
 		if rc := srv[k].reconnects(reader); rc != "" {
 			x.Detail += "; " + rc
 		}

@@ -102,3 +102,46 @@ func taskCPUs(pid int) (map[int]time.Duration, error) {
 	}
 	return m, nil
 }
+
+// machineCPU is the machine's CPU time by kind (the "cpu" line of /proc/stat, clock ticks).
+type machineCPU struct{ idle, steal, total uint64 }
+
+// parseMachineCPU reads the aggregate "cpu" line of a /proc/stat text: user nice system idle
+// iowait irq softirq steal (guest time is inside user). idle counts iowait too.
+func parseMachineCPU(stat []byte) (machineCPU, error) {
+	line, _, _ := strings.Cut(string(stat), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return machineCPU{}, fmt.Errorf("/proc/stat: no aggregate cpu line with 8 fields: %.80q", line)
+	}
+	var v [8]uint64
+	var m machineCPU
+	for i := range v {
+		n, err := strconv.ParseUint(f[1+i], 10, 64)
+		if err != nil {
+			return machineCPU{}, fmt.Errorf("/proc/stat cpu field %d: %w", i+1, err)
+		}
+		v[i] = n
+		m.total += n
+	}
+	m.idle, m.steal = v[3]+v[4], v[7]
+	return m, nil
+}
+
+func readMachineCPU() (machineCPU, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return machineCPU{}, err
+	}
+	return parseMachineCPU(b)
+}
+
+// idleSince is the fraction of the machine's CPU time that was idle (and stolen by the
+// hypervisor) from m0 to m1; ok false without a measurable interval.
+func idleSince(m0, m1 machineCPU) (idle, steal float64, ok bool) {
+	if m1.total <= m0.total {
+		return 0, 0, false
+	}
+	d := float64(m1.total - m0.total)
+	return float64(m1.idle-m0.idle) / d, float64(m1.steal-m0.steal) / d, true
+}

@@ -57,6 +57,28 @@ func TestParseProcStatFixtures(t *testing.T) {
 	}
 }
 
+func TestParseMachineCPU(t *testing.T) {
+	m0, err := parseMachineCPU([]byte("cpu  76567 0 40400 115769 668 0 2039 139 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n"))
+	if err != nil || m0.idle != 115769+668 || m0.steal != 139 || m0.total != 76567+40400+115769+668+2039+139 {
+		t.Fatalf("%+v, %v", m0, err)
+	}
+	m1 := machineCPU{idle: m0.idle + 10, steal: m0.steal + 5, total: m0.total + 100}
+	if i, st, ok := idleSince(m0, m1); !ok || i != 0.1 || st != 0.05 {
+		t.Errorf("idleSince: %v %v %v", i, st, ok)
+	}
+	if _, _, ok := idleSince(m0, m0); ok {
+		t.Error("an empty interval measured")
+	}
+	for _, bad := range []string{"", "cpu0 1 2 3 4 5 6 7 8", "cpu 1 2 3", "cpu 1 2 3 x 5 6 7 8"} {
+		if _, err := parseMachineCPU([]byte(bad)); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+	if _, err := readMachineCPU(); err != nil {
+		t.Error(err)
+	}
+}
+
 func TestParseClkTckAndTgid(t *testing.T) {
 	if got := parseClkTck([]byte("100\n"), nil); got != 100 {
 		t.Errorf("100: got %d", got)
@@ -169,14 +191,16 @@ func TestServerCPUResults(t *testing.T) {
 	}
 	srv := []serverCPUs{ok(9900*time.Millisecond, 11*time.Second), ok(9*time.Second, 9*time.Second),
 		{{err: errors.New("not seen")}, {err: errors.New("not seen")}}, ok(4*time.Second, 6*time.Second)}
-	res := serverCPUResults("drain-pg-1", &pgBackend{}, lbl, rows, 1, secs, cpus, srv)
+	idle := [][]machineIdle{{{0.02, 0.01, true}, {}}, {}, {}, {}}
+	res := serverCPUResults("drain-pg-1", &pgBackend{}, lbl, rows, 1, secs, cpus, srv, idle)
 	by := map[string]Result{}
 	for _, r := range res {
 		by[r.Name] = r
 	}
 	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 	if r := by["walsender busy, pg_recvlogical drain"]; !near(r.Value, (0.99+11.0/12)/2) || r.Unit != "fraction" || r.Error != "" ||
-		!near(r.Extra["cpu_us_per_event_run1"], 9.9) || !strings.Contains(r.Detail, "busy 99%, 92%") {
+		!near(r.Extra["cpu_us_per_event_run1"], 9.9) || !strings.Contains(r.Detail, "busy 99%, 92%") ||
+		!near(r.Extra["machine_idle_run1"], 0.02) || !strings.Contains(r.Detail, "idle meanwhile (/proc/stat): 2%") {
 		t.Errorf("pg_recvlogical line: %+v", r)
 	}
 	if r := by["walsender busy, outboxd in-process drain"]; r.Error == "" {
@@ -197,7 +221,7 @@ func TestServerCPUResults(t *testing.T) {
 
 	// MariaDB: the binlog dump thread, and the go-mysql reader (the drain's first tool).
 	lbl = labels([]string{"go-mysql BinlogSyncer", "outboxd drain, in-process (acked by Kafka)", "outboxd drain, own process (acked by Kafka)"}, 1)
-	res = serverCPUResults("drain-mariadb-1", &myBackend{}, lbl, rows, 1, secs[1:], [][]float64{{4, 4}, {6, 6}, {5, 7}}, srv[1:])
+	res = serverCPUResults("drain-mariadb-1", &myBackend{}, lbl, rows, 1, secs[1:], [][]float64{{4, 4}, {6, 6}, {5, 7}}, srv[1:], idle[1:])
 	by = map[string]Result{}
 	for _, r := range res {
 		by[r.Name] = r
