@@ -141,8 +141,8 @@ func (s *oauthSuite) testDeliver(t *testing.T) {
 }
 
 // testMistakes: a wrong client secret, a token endpoint issuing expired tokens and an
-// unreachable token endpoint make check FAIL and run exit 1, each naming its key; no output
-// shows a secret.
+// unreachable token endpoint make check FAIL and run, dlq tail and dlq replay exit 1, each
+// naming its key; no output shows a secret.
 func (s *oauthSuite) testMistakes(t *testing.T) {
 	e := newEnvOn(t, &testenv.Broker{Port: s.k.OAuthPort}, "outbox:\n  topic: oauth.mistakes.${routedByValue}\n")
 	base, err := os.ReadFile(e.cfgPath)
@@ -153,17 +153,18 @@ func (s *oauthSuite) testMistakes(t *testing.T) {
 	for _, m := range []struct {
 		name      string
 		yaml      string
+		key       string // the key every command's message names
 		checkWant string // in check's FAIL line
 		runWant   string // in run's error
 	}{
-		{"wrong client secret", s.yaml(s.idp.TokenURL(), oauthClient, oauthWrongSecret),
+		{"wrong client secret", s.yaml(s.idp.TokenURL(), oauthClient, oauthWrongSecret), "kafka.sasl.client_secret",
 			"kafka.sasl.client_secret: check kafka.sasl.client_id and kafka.sasl.client_secret",
 			// (run's log quotes the client id again: the text before it)
 			fmt.Sprintf("kafka.sasl.client_secret: the token endpoint kafka.sasl.token_url (%s) refused client kafka.sasl.client_id ", s.idp.TokenURL())},
-		{"expired token", s.yaml(s.idp.TokenURL(), oauthExpiredClient, oauthExpiredSecret),
+		{"expired token", s.yaml(s.idp.TokenURL(), oauthExpiredClient, oauthExpiredSecret), "kafka.sasl.token_url",
 			"kafka.sasl.token_url / kafka.sasl.client_id: the broker refused the OAUTHBEARER token",
 			"kafka.sasl.token_url / kafka.sasl.client_id: the broker refused the OAUTHBEARER token"},
-		{"unreachable token endpoint", s.yaml(unreachable, oauthClient, oauthSecret),
+		{"unreachable token endpoint", s.yaml(unreachable, oauthClient, oauthSecret), "kafka.sasl.token_url",
 			"kafka.sasl.token_url: check kafka.sasl.token_url and network access to it",
 			"kafka.sasl.token_url: cannot reach the token endpoint " + unreachable},
 	} {
@@ -182,6 +183,13 @@ func (s *oauthSuite) testMistakes(t *testing.T) {
 			t.Logf("%s: run says:\n%s%s", m.name, out, errOut)
 			if code != 1 || !strings.Contains(out+errOut, m.runWant) {
 				t.Errorf("%s: run exit %d, want 1 and a message with %q", m.name, code, m.runWant)
+			}
+			for _, args := range [][]string{{"dlq", "tail"}, {"dlq", "replay", "--all", "--timeout", "10s"}} {
+				out, errOut, code = outboxd(t, cfg, args...)
+				s.noSecrets(t, strings.Join(args, " "), out+errOut)
+				if code != 1 || !strings.Contains(out+errOut, m.key) {
+					t.Errorf("%s: %s exit %d, want 1 and a message naming %s:\n%s%s", m.name, strings.Join(args, " "), code, m.key, out, errOut)
+				}
 			}
 		})
 	}
