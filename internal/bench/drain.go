@@ -55,7 +55,7 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 	cpus := make([][]float64, tools)      // CPU µs per event, per tool, per round (see cpuNow)
 	storedLag := make([][]float64, tools) // ms from all acked to the stored position covering it
 	secs := make([][]float64, tools)      // drain wall time (s), per tool, per round
-	benchCPUs := make([][]float64, tools) // own process: the bench process's CPU µs per event beside it
+	benchCPUs := make([][]float64, tools) // own process: the bench process's own CPU µs per event beside it (broker, watches)
 	srvCPU := make([]serverCPUs, tools)   // the server's reader (walsender, binlog dump thread), per tool, per round
 	idle := make([][]machineIdle, tools)  // the machine's idle CPU over each drain
 	sr, watchServer := be.(serverReader)
@@ -103,7 +103,7 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 				sw = sr.watchServerReader(ctx, b, i)
 			}
 			m0, merr := readMachineCPU()
-			cpu0 := cpuNow()
+			cpu0, self0 := cpuNow(), selfCPU()
 			t0 := time.Now()
 			var pr procRun
 			switch names[tool] {
@@ -150,7 +150,7 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 			if names[tool] == process {
 				// outboxd's own figure: its /proc/<pid>/stat when drained; the bench process
 				// (the embedded broker, the ack watch) is reported beside it.
-				benchCPUs[tool] = append(benchCPUs[tool], float64(cpu.Microseconds())/float64(b.Rows))
+				benchCPUs[tool] = append(benchCPUs[tool], float64((selfCPU()-self0).Microseconds())/float64(b.Rows))
 				cpu = pr.cpu
 			}
 			if tool >= len(refs) {
@@ -206,7 +206,7 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 			extra[fmt.Sprintf("bench_cpu_us_per_event_run%d", r+1)] = c
 		}
 		if names[k] == process {
-			detail += " (outboxd's own /proc/<pid>/stat, start to drained; the bench process beside it, embedded broker included: " +
+			detail += " (outboxd's own /proc/<pid>/stat, start to drained; the bench process alone beside it, the embedded broker's work for it included: " +
 				fmtFloats(benchCPUs[k], "%.1f") + ")"
 		}
 		if short := shortDrains(secs[k]); short != "" {
@@ -413,6 +413,14 @@ func cpuNow() time.Duration {
 	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children)
 	tv := func(t syscall.Timeval) time.Duration { return time.Duration(t.Nano()) }
 	return tv(self.Utime) + tv(self.Stime) + tv(children.Utime) + tv(children.Stime)
+}
+
+// selfCPU is the CPU time (user + system) of this process alone: the bench, its embedded broker
+// and in-process tools, without waited-for children.
+func selfCPU() time.Duration {
+	var self syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+	return time.Duration(self.Utime.Nano() + self.Stime.Nano())
 }
 
 func mean(xs []float64) float64 {
