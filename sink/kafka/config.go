@@ -19,13 +19,13 @@ import (
 
 // Defaults applied by New to zero-valued Config fields.
 const (
-	DefaultClientID                         = "outboxd"
-	DefaultMaxInflightRecords               = 4096
-	DefaultLinger             time.Duration = 0 // adaptive: see Config.Linger
-	DefaultBatchBytes                       = 1 << 20
-	DefaultMaxRecordBytes                   = 1 << 20
-	DefaultRetryBackoffMin                  = 100 * time.Millisecond
-	DefaultRetryBackoffMax                  = 10 * time.Second
+	DefaultClientID           = "outboxd"
+	DefaultMaxInflightRecords = 4096
+	DefaultLinger             = 5 * time.Millisecond
+	DefaultBatchBytes         = 1 << 20
+	DefaultMaxRecordBytes     = 1 << 20
+	DefaultRetryBackoffMin    = 100 * time.Millisecond
+	DefaultRetryBackoffMax    = 10 * time.Second
 )
 
 // producerRetryMax is sarama's Producer.Retry.Max. sarama allocates a retry-state slice of
@@ -64,18 +64,10 @@ type Config struct {
 	// while this many are outstanding. Default DefaultMaxInflightRecords (4096).
 	MaxInflightRecords int
 	// Linger is how long a broker's batch may wait for more records before it is sent
-	// (sarama Producer.Flush.Frequency). The default, 0, is adaptive: a record goes out at once
-	// when its partition has no produce request outstanding, and records that arrive while one
-	// is outstanding (acks=all, idempotent: one batch in flight per partition) wait and go out
-	// together as the next batch when it returns, up to MaxRecordBytes per partition. Batches
-	// therefore grow with load and the round trip, and an idle producer adds no delay. A
-	// positive Linger is a fixed delay instead: a broker's batch is sent Linger after its first
-	// record or once it holds BatchBytes, whichever comes first (and, as with the default, only
-	// for partitions with no batch in flight).
+	// (sarama Producer.Flush.Frequency). Default 5ms.
 	Linger time.Duration
 	// BatchBytes sends a broker's batch as soon as it holds this many bytes
-	// (sarama Producer.Flush.Bytes) when Linger is positive; with the adaptive default it is
-	// not used. Default 1 MiB.
+	// (sarama Producer.Flush.Bytes). Default 1 MiB.
 	BatchBytes int
 	// MaxRecordBytes is the largest record (encoded size, key + value + headers + overhead)
 	// the producer will send, and the per-partition batch cap (sarama Producer.MaxMessageBytes).
@@ -155,7 +147,7 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.MaxInflightRecords, DefaultMaxInflightRecords)
 	def(&c.BatchBytes, DefaultBatchBytes)
 	def(&c.MaxRecordBytes, DefaultMaxRecordBytes)
-	// Linger: 0 is the (adaptive) default, DefaultLinger.
+	defd(&c.Linger, DefaultLinger)
 	defd(&c.RetryBackoffMin, DefaultRetryBackoffMin)
 	defd(&c.RetryBackoffMax, DefaultRetryBackoffMax)
 	if c.RetryBackoffMax < c.RetryBackoffMin {
@@ -263,18 +255,9 @@ func (c Config) saramaConfig(ctl *control) (*sarama.Config, error) {
 	p.Retry.Backoff = c.RetryBackoffMin
 	p.Retry.BackoffFunc = ctl.producerBackoff
 	// Producer.Transaction.Retry keeps sarama's 50 x 100ms: InitProducerID in New fails after ~5s.
+	p.Flush.Frequency = c.Linger
+	p.Flush.Bytes = c.BatchBytes
 	p.Flush.MaxMessages = 0 // unlimited: batches are bounded by bytes (MaxMessageBytes per partition)
-	if c.Linger > 0 {
-		p.Flush.Frequency = c.Linger
-		p.Flush.Bytes = c.BatchBytes
-	} else {
-		// Adaptive (Config.Linger): with Frequency, Bytes and Messages all 0 sarama's
-		// brokerProducer flushes a partition's accumulated records as soon as the partition is
-		// not muted, i.e. has no batch in flight (sarama 1.61 produce_set.go readyToFlush; the
-		// partitionMuter in async_producer.go), so batching happens only while a request is
-		// outstanding. A non-zero Bytes or Messages here would hold records until reached.
-		p.Flush.Frequency, p.Flush.Bytes, p.Flush.Messages = 0, 0, 0
-	}
 	codec, err := compressionCodec(c.Compression)
 	if err != nil {
 		return nil, err
