@@ -50,9 +50,7 @@ func (c *Config) applyDefaults() {
 	if c.Kafka.MaxRecordBytes == 0 {
 		c.Kafka.MaxRecordBytes = 1 << 20
 	}
-	if c.Kafka.Linger == 0 {
-		c.Kafka.Linger = 5 * time.Millisecond
-	}
+	// kafka.linger 0 (the default) is adaptive batching: see sink/kafka Config.Linger.
 	if c.Kafka.TransactionTimeout == 0 {
 		c.Kafka.TransactionTimeout = 60 * time.Second // as sink/kafka.DefaultTxnTimeout
 	}

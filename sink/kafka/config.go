@@ -21,11 +21,14 @@ import (
 const (
 	DefaultClientID           = "outboxd"
 	DefaultMaxInflightRecords = 4096
-	DefaultLinger             = 5 * time.Millisecond
-	DefaultBatchBytes         = 1 << 20
-	DefaultMaxRecordBytes     = 1 << 20
-	DefaultRetryBackoffMin    = 100 * time.Millisecond
-	DefaultRetryBackoffMax    = 10 * time.Second
+	// DefaultLinger 0 is adaptive batching: a partition's records are sent as soon as nothing
+	// is in flight to their broker, and collect into one batch while a request is outstanding
+	// (see Config.Linger).
+	DefaultLinger          = 0
+	DefaultBatchBytes      = 1 << 20
+	DefaultMaxRecordBytes  = 1 << 20
+	DefaultRetryBackoffMin = 100 * time.Millisecond
+	DefaultRetryBackoffMax = 10 * time.Second
 )
 
 // producerRetryMax is sarama's Producer.Retry.Max. sarama allocates a retry-state slice of
@@ -64,10 +67,16 @@ type Config struct {
 	// while this many are outstanding. Default DefaultMaxInflightRecords (4096).
 	MaxInflightRecords int
 	// Linger is how long a broker's batch may wait for more records before it is sent
-	// (sarama Producer.Flush.Frequency). Default 5ms.
+	// (sarama Producer.Flush.Frequency, with BatchBytes as Flush.Bytes). The default 0 is
+	// adaptive: sarama's Flush settings all zero, so a record goes out at once when no request
+	// is in flight to its broker (one at a time: Net.MaxOpenRequests 1), and records that
+	// arrive while one is outstanding collect into the next request (up to MaxRecordBytes per
+	// partition). An idle producer adds no delay; a busy one batches as much as the round trip
+	// allows. A positive Linger waits that long (or until BatchBytes) instead.
 	Linger time.Duration
 	// BatchBytes sends a broker's batch as soon as it holds this many bytes
-	// (sarama Producer.Flush.Bytes). Default 1 MiB.
+	// (sarama Producer.Flush.Bytes) when Linger is positive. Default 1 MiB. Unused with the
+	// adaptive Linger 0 (sarama flushes on its own then; batches stop at MaxRecordBytes).
 	BatchBytes int
 	// MaxRecordBytes is the largest record (encoded size, key + value + headers + overhead)
 	// the producer will send, and the per-partition batch cap (sarama Producer.MaxMessageBytes).
@@ -147,7 +156,6 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.MaxInflightRecords, DefaultMaxInflightRecords)
 	def(&c.BatchBytes, DefaultBatchBytes)
 	def(&c.MaxRecordBytes, DefaultMaxRecordBytes)
-	defd(&c.Linger, DefaultLinger)
 	defd(&c.RetryBackoffMin, DefaultRetryBackoffMin)
 	defd(&c.RetryBackoffMax, DefaultRetryBackoffMax)
 	if c.RetryBackoffMax < c.RetryBackoffMin {
@@ -255,9 +263,15 @@ func (c Config) saramaConfig(ctl *control) (*sarama.Config, error) {
 	p.Retry.Backoff = c.RetryBackoffMin
 	p.Retry.BackoffFunc = ctl.producerBackoff
 	// Producer.Transaction.Retry keeps sarama's 50 x 100ms: InitProducerID in New fails after ~5s.
-	p.Flush.Frequency = c.Linger
-	p.Flush.Bytes = c.BatchBytes
-	p.Flush.MaxMessages = 0 // unlimited: batches are bounded by bytes (MaxMessageBytes per partition)
+	// Flush.MaxMessages stays 0 (unlimited): batches are bounded by bytes (MaxMessageBytes per
+	// partition). Linger 0: all three zero is sarama's "flush whenever the broker can take a
+	// request" (produce_set.go readyToFlush), which with one request in flight is adaptive
+	// batching. Flush.Bytes must then be 0 too, or sarama would wait for that many bytes.
+	p.Flush.MaxMessages = 0
+	if c.Linger > 0 {
+		p.Flush.Frequency = c.Linger
+		p.Flush.Bytes = c.BatchBytes
+	}
 	codec, err := compressionCodec(c.Compression)
 	if err != nil {
 		return nil, err

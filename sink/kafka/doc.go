@@ -35,7 +35,10 @@
 // record's fault (UNKNOWN_SERVER_ERROR, OUT_OF_ORDER_SEQUENCE_NUMBER after a broker lost its
 // producer state, a batch refusal), sarama fails that batch and sends the partition's next
 // batch, which it already holds, right away. Those records land before the re-sent ones
-// (TestEscapedTransientErrorsAreResent counts them); nothing is lost. Broker outages, leader
+// (TestEscapedTransientErrorsAreResent counts them); nothing is lost. With the
+// default adaptive linger (Config.Linger 0) a busy partition usually has a request in flight
+// and the next batch waiting behind it, so after such an error that next batch landing first
+// is the rule, not the exception; a positive Linger makes it rarer without closing it. Broker outages, leader
 // moves, NOT_ENOUGH_REPLICAS and timeouts do not take this path.
 //
 // Batch-level refusals (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_RECORD) are only

@@ -185,7 +185,7 @@ func TestSaramaConfigIsDurable(t *testing.T) {
 	if sc.Producer.Retry.Max < 1000 || sc.Metadata.Retry.Max < 1000 || sc.Producer.Retry.BackoffFunc == nil {
 		t.Fatalf("retries: producer %d metadata %d", sc.Producer.Retry.Max, sc.Metadata.Retry.Max)
 	}
-	if sc.Producer.Compression != sarama.CompressionZSTD || sc.Producer.Flush.Frequency != DefaultLinger {
+	if sc.Producer.Compression != sarama.CompressionZSTD || sc.Producer.Flush.Frequency != 0 || sc.Producer.Flush.Bytes != 0 {
 		t.Fatal("compression/linger not applied")
 	}
 }
