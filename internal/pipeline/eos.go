@@ -5,7 +5,7 @@ package pipeline
 // for (the producer steps NewProducer, ReadBack, Abort, Begin, Produce, Flush, Commit; then
 // Source.Confirm) and feeds the results back.
 //
-//	source.Next ──txCh──▶ loop: Accept(chunk) ─▶ core ─▶ Ready: Begin, Sends (records flow into
+//	source.Next ──txQueue──▶ loop: Accept(chunk) ─▶ core ─▶ Ready: Begin, Sends (records flow into
 //	                      the open Kafka transaction as chunks arrive), at a batch's end the
 //	                      position record, Flush, Commit ──▶ Source.Confirm(end)
 //
@@ -263,7 +263,8 @@ func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
 	readCtx, stopReading := context.WithCancel(ctx)
 	defer stopReading()
 	budget := newReadBudget(r.o.ReadAheadRows, r.o.ReadAheadBytes)
-	txCh, errCh, wait := readTransactions(readCtx, r.src, r.o.TxBuffer, budget)
+	budget.maxChunks = r.o.TxBuffer
+	txq, errCh, wait := readTransactions(readCtx, r.src, budget)
 	defer func() { stopReading(); wait() }()
 	c := r.core
 	c.Open()
@@ -271,8 +272,7 @@ func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
 	timer.Stop()
 	defer timer.Stop()
 	var armed time.Time // the WakeAt the timer is set for (zero: stopped)
-	var held source.Tx  // read, waiting for CanAccept (when hasHeld)
-	hasHeld := false
+	var batch txBatch   // taken from the reader; from batch.next on waiting for CanAccept
 	reading, ending, stopped := true, false, false
 	stopCh := ctx.Done() // nil once it fired: a closed channel in the select would spin the loop
 	for {
@@ -297,32 +297,30 @@ func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
 		if rd.Done {
 			return srcErr, nil
 		}
-		if hasHeld && c.CanAccept(len(held.Rows), held.Bytes) {
-			hasHeld = false
+		if held := batch.head(); held != nil && c.CanAccept(len(held.Rows), held.Bytes) {
+			// One chunk per Ready: the core may close a batch (Flush, Commit) after any chunk.
+			batch.next++
 			budget.free(len(held.Rows), held.Bytes)
 			r.o.Metrics.EventsRead(len(held.Rows))
-			if err := c.Accept(time.Now(), &held); err != nil {
+			if err := c.Accept(time.Now(), held); err != nil {
 				return nil, err
 			}
 			if r.o.OnAccept != nil {
-				r.o.OnAccept(&held)
+				r.o.OnAccept(held)
 			}
 			continue
 		}
-		if ending && !hasHeld && !stopped {
-			select {
-			case held = <-txCh: // read before the source failed
-				hasHeld = true
+		if ending && batch.head() == nil && !stopped {
+			if batch.refill(txq); batch.head() != nil { // read before the source failed
 				continue
-			default:
 			}
 			stopped = true
 			c.SourceEnded(time.Now(), time.Now().Add(100*365*24*time.Hour))
 			continue
 		}
-		var in <-chan source.Tx
-		if reading && !hasHeld {
-			in = txCh
+		var in <-chan struct{}
+		if reading && batch.head() == nil {
+			in = txq.C
 		}
 		if !rd.WakeAt.Equal(armed) { // re-armed only when it changes (a timer costs locks)
 			timer.Stop()
@@ -335,8 +333,8 @@ func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
 			timerC = timer.C
 		}
 		select {
-		case held = <-in:
-			hasHeld = true
+		case <-in:
+			batch.refill(txq)
 		case <-r.outcomes.C:
 			r.deliverOutcomes()
 		case now := <-timerC:
@@ -352,7 +350,8 @@ func (r *eosRunner) stream(ctx context.Context) (srcErr error, fatal error) {
 			stopCh = nil
 			if !stopped {
 				stopReading()
-				reading, stopped, hasHeld = false, true, false
+				reading, stopped = false, true
+				batch.drop()
 				r.log.Info("stopping: no more reads, committing the current batch", "records", c.Inflight())
 				c.Stop(time.Now(), r.budget.start())
 			}

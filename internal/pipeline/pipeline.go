@@ -2,7 +2,7 @@
 // around the delivery core (internal/pipeline/delivery), which decides everything. Run is the
 // at_least_once runner, a thin loop that does the I/O the core's Ready asks for:
 //
-//	source.Next ──txCh (chunks; ReadAhead rows/bytes)──▶ loop: core.Accept ──Ready.Sends──▶ producer
+//	source.Next ──txQueue (chunk batches; ReadAhead rows/bytes)──▶ loop: core.Accept ──Ready.Sends──▶ producer
 //	                                                      ▲                                 │ done(err)
 //	                                                      └── core.Outcome ◀── outcomes ◀───┘
 //	loop, every CommitInterval: core.Tick ──Ready.Save──▶ Store.Save (own goroutine, one at a time)
@@ -216,7 +216,8 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 	readCtx, stopReading := context.WithCancel(ctx)
 	defer stopReading()
 	budget := newReadBudget(r.o.ReadAheadRows, r.o.ReadAheadBytes)
-	txCh, errCh, wait := readTransactions(readCtx, r.src, r.o.TxBuffer, budget)
+	budget.maxChunks = r.o.TxBuffer
+	txq, errCh, wait := readTransactions(readCtx, r.src, budget)
 	defer wait()
 	saveCtx, cancelSaves := context.WithCancel(ctx)
 	defer func() {
@@ -231,9 +232,8 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 	var wakeAt time.Time
 
 	r.core.Open()
-	var pending *source.Tx // a chunk read but not yet accepted (the core is full)
-	var held source.Tx
-	var ended error // a finite source's end (source.ErrEnd): the chunks it read are accepted first
+	var batch txBatch // chunks taken from the reader; those from batch.next on wait for room in the core
+	var ended error   // a finite source's end (source.ErrEnd): the chunks it read are accepted first
 	reading, stopCh := true, ctx.Done()
 	for {
 		rd := r.core.Ready()
@@ -259,14 +259,13 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 				wakeT.Reset(time.Until(wakeAt))
 			}
 		}
-		var in <-chan source.Tx
-		if reading && pending == nil {
-			in = txCh
+		var in <-chan struct{}
+		if reading && batch.head() == nil {
+			in = txq.C
 		}
 		select {
-		case held = <-in:
-			budget.free(len(held.Rows), held.Bytes)
-			pending = &held
+		case <-in:
+			batch.refill(txq)
 		case <-r.outcomes.C:
 			r.handleOutcomes()
 		case res := <-r.saved:
@@ -286,36 +285,59 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 			case ctx.Err() != nil: // the stop ended the reader
 				stopCh = nil
 				r.beginStop(reading, stopReading)
-				reading, pending, srcErr = false, nil, nil
+				batch.drop()
+				reading, srcErr = false, nil
 			case reading && errors.Is(err, source.ErrEnd):
 				ended = err
 			case reading:
-				reading, pending, srcErr = false, nil, err
+				batch.drop()
+				reading, srcErr = false, err
 				now := time.Now()
 				r.core.SourceEnded(now, now.Add(r.o.ShutdownTimeout))
 			}
 		case <-stopCh:
 			stopCh = nil
 			r.beginStop(reading, stopReading)
-			reading, pending, srcErr = false, nil, nil
+			batch.drop()
+			reading, srcErr = false, nil
 		}
-		if pending != nil && r.core.CanAccept(len(pending.Rows), pending.Bytes) {
-			if err := r.core.Accept(time.Now(), pending); err != nil {
-				stopReading()
-				return nil, err
-			}
-			r.o.Metrics.EventsRead(len(pending.Rows))
-			if r.o.OnAccept != nil {
-				r.o.OnAccept(pending)
-			}
-			pending = nil
+		if err := r.acceptBatch(&batch, budget); err != nil {
+			stopReading()
+			return nil, err
 		}
-		if ended != nil && reading && pending == nil && len(txCh) == 0 { // the reader has exited
+		if ended != nil && reading && batch.head() == nil && txq.empty() { // the reader has exited
 			reading, srcErr = false, ended
 			now := time.Now()
 			r.core.SourceEnded(now, now.Add(r.o.ShutdownTimeout))
 		}
 	}
+}
+
+// acceptBatch accepts the batch's chunks, in order, as far as the core has room, and frees
+// their read budget (once for all of them: the reader wakes once).
+func (r *runner) acceptBatch(b *txBatch, budget *readBudget) error {
+	chunks, rows, bytes := 0, 0, 0
+	defer func() {
+		budget.freeChunks(chunks, rows, bytes)
+		if rows > 0 {
+			r.o.Metrics.EventsRead(rows)
+		}
+	}()
+	now := time.Time{}
+	for tx := b.head(); tx != nil && r.core.CanAccept(len(tx.Rows), tx.Bytes); tx = b.head() {
+		if now.IsZero() {
+			now = time.Now()
+		}
+		if err := r.core.Accept(now, tx); err != nil {
+			return err
+		}
+		b.next++
+		chunks, rows, bytes = chunks+1, rows+len(tx.Rows), bytes+tx.Bytes
+		if r.o.OnAccept != nil {
+			r.o.OnAccept(tx)
+		}
+	}
+	return nil
 }
 
 // beginStop hands a graceful stop to the core (once): no more reads; the drain ends at the

@@ -15,13 +15,15 @@ import (
 	"github.com/outboxd/outboxd/source"
 )
 
-// readTransactions runs src.Next on its own goroutine, sending each chunk on txCh (capacity
-// buffer) until Next fails or ctx ends; that error (or ctx.Err()) is then sent on errCh. With a
-// budget, each chunk's rows and bytes are acquired before it is sent, and tx.Bytes is set to
-// what was acquired (source.ChunkBytes), so the receiver frees exactly (len(tx.Rows), tx.Bytes).
-// wait returns once the goroutine has exited.
-func readTransactions(ctx context.Context, src source.Source, buffer int, budget *readBudget) (<-chan source.Tx, <-chan error, func()) {
-	txCh := make(chan source.Tx, buffer)
+// readTransactions runs src.Next on its own goroutine, pushing each chunk on the returned queue
+// until Next fails or ctx ends; that error (or ctx.Err()) is then sent on errCh, after every
+// chunk read before it is in the queue. Each chunk's rows and bytes (and the chunk itself, of
+// budget.maxChunks) are acquired from budget before it is queued, and tx.Bytes is set to what was
+// acquired (source.ChunkBytes), so the receiver frees exactly (1, len(tx.Rows), tx.Bytes) per
+// chunk once it has accepted it. The loop takes every waiting chunk per wake (txQueue.take)
+// instead of one per channel receive. wait returns once the goroutine has exited.
+func readTransactions(ctx context.Context, src source.Source, budget *readBudget) (*txQueue, <-chan error, func()) {
+	q := newTxQueue()
 	errCh := make(chan error, 1)
 	var readers sync.WaitGroup
 	readers.Add(1)
@@ -29,7 +31,7 @@ func readTransactions(ctx context.Context, src source.Source, buffer int, budget
 		defer readers.Done()
 		for {
 			tx, err := src.Next(ctx)
-			if err == nil && budget != nil {
+			if err == nil {
 				tx.Bytes = source.ChunkBytes(&tx)
 				err = budget.acquire(ctx, len(tx.Rows), tx.Bytes)
 			}
@@ -37,32 +39,29 @@ func readTransactions(ctx context.Context, src source.Source, buffer int, budget
 				errCh <- err
 				return
 			}
-			select {
-			case txCh <- tx:
-			case <-ctx.Done():
-				errCh <- ctx.Err()
-				return
-			}
+			q.push(tx)
 		}
 	}()
-	return txCh, errCh, readers.Wait
+	return q, errCh, readers.Wait
 }
 
 // DefaultReadAheadBytes is the read-ahead byte budget when ReadAheadBytes is not set.
 const DefaultReadAheadBytes = 2 << 20
 
-// readBudget bounds the rows and bytes buffered between the reader and the loop (the chunk
-// channel alone would bound chunks, not their size), so that when the loop stops taking chunks
-// the reader stops reading and the backpressure reaches the database. One goroutine acquires,
+// readBudget bounds the chunks, rows and bytes read but not yet accepted by the loop (queued,
+// or taken and waiting for room in the core), so that when the loop stops accepting chunks the
+// reader stops reading and the backpressure reaches the database. One goroutine acquires,
 // another frees.
 type readBudget struct {
-	mu              sync.Mutex
-	rows, maxRows   int
-	bytes, maxBytes int
-	freed           chan struct{}
+	mu                sync.Mutex
+	chunks, maxChunks int // maxChunks 0: chunks are not capped (rows and bytes are)
+	rows, maxRows     int
+	bytes, maxBytes   int
+	freed             chan struct{}
 }
 
-// newReadBudget caps rows and bytes (bytes <= 0: DefaultReadAheadBytes).
+// newReadBudget caps rows and bytes (bytes <= 0: DefaultReadAheadBytes); chunks (TxBuffer) may
+// be capped by setting maxChunks.
 func newReadBudget(rows, bytes int) *readBudget {
 	if bytes <= 0 {
 		bytes = DefaultReadAheadBytes
@@ -75,7 +74,8 @@ func newReadBudget(rows, bytes int) *readBudget {
 func (b *readBudget) acquire(ctx context.Context, n, size int) error {
 	for {
 		b.mu.Lock()
-		if b.rows == 0 && b.bytes == 0 || b.rows+n <= b.maxRows && b.bytes+size <= b.maxBytes {
+		if b.chunks == 0 || (b.maxChunks <= 0 || b.chunks < b.maxChunks) && b.rows+n <= b.maxRows && b.bytes+size <= b.maxBytes {
+			b.chunks++
 			b.rows += n
 			b.bytes += size
 			b.mu.Unlock()
@@ -90,9 +90,17 @@ func (b *readBudget) acquire(ctx context.Context, n, size int) error {
 	}
 }
 
-// free returns a chunk's rows and bytes (as the reader set them in tx.Bytes).
-func (b *readBudget) free(n, size int) {
+// free returns one chunk's rows and bytes (as the reader set them in tx.Bytes).
+func (b *readBudget) free(n, size int) { b.freeChunks(1, n, size) }
+
+// freeChunks returns chunks chunks of n rows and size bytes in all (the loop frees what it
+// accepted in one wake at once: one lock, one wake-up of the reader).
+func (b *readBudget) freeChunks(chunks, n, size int) {
+	if chunks == 0 {
+		return
+	}
 	b.mu.Lock()
+	b.chunks -= chunks
 	b.rows -= n
 	b.bytes -= size
 	b.mu.Unlock()
