@@ -18,10 +18,12 @@ import (
 	"github.com/outboxd/outboxd/source"
 )
 
-// memoryPG runs outboxd as its own process (`outboxd run -c FILE`) and reports its peak RSS
-// (VmHWM, and the highest VmRSS sampled every 20 ms) while it drains a backlog of MemoryRows
-// rows in single-row transactions, the same in 1000-row transactions, and BigPayloads rows
-// with 10 MB payloads (one per transaction).
+// memoryPG runs outboxd as its own process (`outboxd run -c FILE`, with Options.OutboxdEnv in
+// its environment) and reports its RSS at idle after start-up (memoryIdle), then its peak RSS
+// (VmHWM, and the highest VmRSS sampled every 2 ms) while it drains a backlog of MemoryRows rows
+// in single-row transactions, the same in 1000-row transactions, and BigPayloads rows with 10 MB
+// payloads (one per transaction). Each drain also reports its CPU per event and, from
+// GODEBUG=gctrace=1, the Go heap's largest live size and the number of GC cycles.
 func memoryPG(ctx context.Context, e *env) ([]Result, error) {
 	o := e.o
 	const scenario = "memory-pg"
@@ -34,6 +36,11 @@ func memoryPG(ctx context.Context, e *env) ([]Result, error) {
 	}
 
 	var res []Result
+	idle, err := memoryIdle(ctx, e, bin)
+	if err != nil {
+		return nil, err
+	}
+	res = append(res, idle)
 	type part struct {
 		name           string
 		rows, per, big int
@@ -58,19 +65,29 @@ func memoryPG(ctx context.Context, e *env) ([]Result, error) {
 		o.Log.Info("memory backlog loaded", "part", p.name, "took", time.Since(t0).Round(time.Millisecond))
 		topicPrefix := "outboxd-bench." + tag + "."
 		cfg := outboxdYAML(e, pgSourceYAML(e.pgDSN, slot), topicPrefix, "")
-		r, err := runOutboxdProcess(ctx, bin, cfg, func(p source.Position) (bool, error) { return lsnAfter(p, beforeLast) })
+		r, err := runOutboxdProc(ctx, bin, cfg, func(p source.Position) (bool, error) { return lsnAfter(p, beforeLast) },
+			procOpts{gctrace: true, env: o.OutboxdEnv})
 		pgDropSlots(ctx, e.pgDSN, slot)
 		pgTruncate(ctx, e.pgDSN)
 		if err != nil {
 			return res, err
 		}
 		x := Result{Scenario: scenario, Name: "outboxd peak RSS, " + p.name, Value: r.hwmKiB / 1024, Unit: "MiB",
-			Extra: map[string]float64{"vmhwm_kib": r.hwmKiB, "max_sampled_rss_kib": r.maxRSSKiB}}
+			Extra: map[string]float64{"vmhwm_kib": r.hwmKiB, "max_sampled_rss_kib": r.maxRSSKiB, "max_rss_anon_kib": r.maxAnonKiB,
+				"gc_cycles": float64(r.gc.Cycles), "gc_live_mib": r.gc.LiveMiB, "gc_peak_mib": r.gc.PeakMiB, "gc_goal_mib": r.gc.GoalMiB}}
 		if r.drained {
-			x.Detail = fmt.Sprintf("VmHWM; drained in %s (%.0f events/s, separate process); max sampled VmRSS %.1f MiB",
-				r.elapsed.Round(time.Millisecond), float64(p.rows)/r.elapsed.Seconds(), r.maxRSSKiB/1024)
+			cpuPerEvent := float64(r.cpu.Microseconds()) / float64(p.rows)
+			x.Extra["cpu_s"], x.Extra["cpu_us_per_event"] = r.cpu.Seconds(), cpuPerEvent
+			x.Extra["events_per_s"] = float64(p.rows) / r.elapsed.Seconds()
+			x.Detail = fmt.Sprintf("VmHWM; drained in %s (%.0f events/s, separate process; %.2f µs CPU per event from start to drained); "+
+				"max sampled VmRSS %.1f MiB, of it anonymous (heap, stacks) %.1f MiB; Go heap (gctrace): live ≤ %.1f MiB, peak %.1f MiB, %d GC cycles",
+				r.elapsed.Round(time.Millisecond), float64(p.rows)/r.elapsed.Seconds(), cpuPerEvent, r.maxRSSKiB/1024, r.maxAnonKiB/1024,
+				r.gc.LiveMiB, r.gc.PeakMiB, r.gc.Cycles)
 			if p.big == 0 {
-				x.Detail += " (target ≤ 64 MiB)"
+				x.Detail += " (target ≤ 48 MiB)"
+			}
+			if len(o.OutboxdEnv) > 0 {
+				x.Detail += fmt.Sprintf("; environment %s", strings.Join(o.OutboxdEnv, " "))
 			}
 		} else {
 			x.Detail = fmt.Sprintf("max sampled VmRSS %.1f MiB", r.maxRSSKiB/1024)
@@ -87,7 +104,9 @@ func memoryPG(ctx context.Context, e *env) ([]Result, error) {
 	return res, nil
 }
 
-// outboxdBinary returns the outboxd binary to run: bin, or a fresh `go build` of ./cmd/outboxd.
+// outboxdBinary returns the outboxd binary to run: bin, or a fresh build of ./cmd/outboxd made
+// as the Dockerfile makes the shipped one (CGO_ENABLED=0, -trimpath, -ldflags "-s -w"): a cgo
+// build maps libc and ld.so as well, about 1.5 MiB more RSS.
 func outboxdBinary(ctx context.Context, bin string) (string, func(), error) {
 	if bin != "" {
 		return bin, func() {}, nil
@@ -97,7 +116,8 @@ func outboxdBinary(ctx context.Context, bin string) (string, func(), error) {
 		return "", nil, err
 	}
 	out := filepath.Join(dir, "outboxd")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/outboxd/outboxd/cmd/outboxd")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, "github.com/outboxd/outboxd/cmd/outboxd")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
 		return "", nil, fmt.Errorf("go build ./cmd/outboxd (run the bench from the repository, or pass -outboxd BINARY): %w\n%s", err, b)
