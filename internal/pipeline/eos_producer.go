@@ -70,7 +70,7 @@ func (r *eosRunner) execute(rd delivery.Ready) func(time.Time) {
 	}
 	for _, s := range rd.Sends {
 		id := s.ID
-		if err := r.producer().Produce(r.work, s.Rec, func(err error) { r.outcomes.push(id, err) }); err != nil {
+		if err := r.producer().Produce(r.work, s.Rec, r.outcomes.doneFor(id)); err != nil {
 			c.Refused(time.Now(), id, err)
 			break
 		}
@@ -108,7 +108,7 @@ func (r *eosRunner) deliverOutcomes() {
 	batch := r.outcomes.take()
 	now := time.Now()
 	for i := range batch {
-		r.core.Outcome(now, batch[i].id, batch[i].err)
+		r.core.Outcome(now, r.outcomes.id(&batch[i]), batch[i].err)
 		batch[i] = outcome{}
 	}
 }

@@ -359,7 +359,7 @@ func (r *runner) beginStop(reading bool, stopReading func()) {
 func (r *runner) execute(saveCtx context.Context, rd *delivery.Ready) error {
 	for i := range rd.Sends {
 		s := &rd.Sends[i]
-		if err := r.o.Producer.Produce(r.work, s.Rec, r.doneFunc(s.ID)); err != nil {
+		if err := r.o.Producer.Produce(r.work, s.Rec, r.outcomes.doneFor(s.ID)); err != nil {
 			if r.work.Err() != nil {
 				return fmt.Errorf("%w: could not queue a record for %s before the stop's deadline; stored position %s (the rest is delivered on restart)",
 					ErrShutdownTimeout, s.Rec.Topic, r.core.Stored())
@@ -386,17 +386,13 @@ func (r *runner) execute(saveCtx context.Context, rd *delivery.Ready) error {
 	return nil
 }
 
-func (r *runner) doneFunc(id delivery.ID) func(error) {
-	return func(err error) { r.outcomes.push(id, err) }
-}
-
 func (r *runner) handleOutcomes() {
 	batch := r.outcomes.take()
 	now := time.Now()
 	ev, d := r.stall.progress(now)
 	logStall(r.log, ev, d, r.core.Inflight())
 	for i := range batch {
-		r.core.Outcome(now, batch[i].id, batch[i].err)
+		r.core.Outcome(now, r.outcomes.id(&batch[i]), batch[i].err)
 		batch[i] = outcome{}
 	}
 }
