@@ -294,6 +294,7 @@ func (p *Producer) unqueue(it *inflight) bool {
 func (p *Producer) results() {
 	defer close(p.resultDone)
 	succ, errs := p.ap.Successes(), p.ap.Errors()
+	acked := make([]*inflight, 0, ackBatch)
 	for succ != nil || errs != nil {
 		select {
 		case m, ok := <-succ:
@@ -301,9 +302,24 @@ func (p *Producer) results() {
 				succ = nil
 				continue
 			}
-			if it, ok := m.Metadata.(*inflight); ok {
-				p.settle(it, nil, true)
+			// Take the acks already waiting too and settle them under one lock: a drain
+			// returns acks a batch at a time, one per record.
+			acked = appendAcked(acked[:0], m)
+			for len(acked) < cap(acked) && succ != nil {
+				select {
+				case m, ok := <-succ:
+					if !ok {
+						succ = nil
+						continue
+					}
+					acked = appendAcked(acked, m)
+					continue
+				default:
+				}
+				break
 			}
+			p.settleAcked(acked)
+			clear(acked)
 		case pe, ok := <-errs:
 			if !ok {
 				errs = nil
@@ -317,6 +333,37 @@ func (p *Producer) results() {
 			err := it.err
 			p.mu.Unlock()
 			p.settle(it, err, false)
+		}
+	}
+}
+
+// ackBatch bounds the acks the result goroutine settles under one lock.
+const ackBatch = 256
+
+func appendAcked(acked []*inflight, m *sarama.ProducerMessage) []*inflight {
+	if it, ok := m.Metadata.(*inflight); ok {
+		acked = append(acked, it)
+	}
+	return acked
+}
+
+// settleAcked is settle(it, nil, true) for each record of acked, in order, with one lock for
+// the bookkeeping of all of them.
+func (p *Producer) settleAcked(acked []*inflight) {
+	p.mu.Lock()
+	p.inSarama -= len(acked)
+	p.nudgeLocked()
+	for i, it := range acked {
+		if !p.finishLocked(it) {
+			acked[i] = nil // Shutdown gave up on it meanwhile and reports it
+		}
+	}
+	aborted := p.aborted
+	p.mu.Unlock()
+	for _, it := range acked {
+		if it != nil {
+			it.done(nil)
+			p.release(it, !aborted)
 		}
 	}
 }
