@@ -109,8 +109,10 @@ var ErrClosed = errors.New("postgres source closed")
 // Concurrency design: after Open, one goroutine (the stream loop) owns the replication
 // connection exclusively: it reads messages, feeds the Decoder, answers keepalives, and writes
 // every standby status update. Next only receives finished chunks from that loop over an
-// unbuffered channel, so at most one decoded chunk waits for the pipeline and, while it
-// waits, nothing more is read (TCP flow control pushes back to the server). Because the loop
+// unbuffered channel, in batches (stream_queue.go): the loop decodes ahead into a bounded
+// queue while pgconn's read buffer holds messages and hands the queue over when a read would
+// wait for the server or the queue is full; while a full queue waits, nothing more is read
+// (TCP flow control pushes back to the server). Because the loop
 // keeps sending status updates while it waits, a stalled pipeline does not trip the server's
 // wal_sender_timeout.
 //
@@ -135,9 +137,11 @@ type Source struct {
 	confirmed atomic.Uint64 // last confirmed LSN, non-decreasing
 	walEnd    atomic.Uint64 // latest server WAL end seen (metrics)
 
-	txCh chan source.Tx
-	done chan struct{} // closed when the stream loop ends; err is set before
-	err  error
+	txCh   chan *txBatch // the stream loop's queue of chunks to Next (stream_queue.go)
+	spares chan *txBatch // batches Next emptied, for the loop to fill again (capacity 2)
+	nb     batchState    // Next's batch (Next's goroutine only)
+	done   chan struct{} // closed when the stream loop ends; err is set before
+	err    error
 
 	// Waking the stream loop (stream.go): the loop publishes in confirmWake whether its current
 	// wait ends later than a Confirm needs; the first Confirm that then advances the position
@@ -236,7 +240,7 @@ func (s *Source) start(ctx context.Context, repl *pgconn.PgConn, fromLSN pglogre
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.mu.Lock()
 	s.repl, s.cancel = repl, cancel
-	s.txCh, s.done = make(chan source.Tx), make(chan struct{})
+	s.txCh, s.spares, s.done = make(chan *txBatch), make(chan *txBatch, 2), make(chan struct{})
 	if snap != nil {
 		s.snap.ch, s.snap.failed, s.snap.done = make(chan source.Tx), make(chan struct{}), make(chan struct{})
 		s.snap.at, s.snap.confirmedCh = snap.at, make(chan struct{}, 1)
@@ -261,7 +265,10 @@ func (s *Source) start(ctx context.Context, repl *pgconn.PgConn, fromLSN pglogre
 }
 
 // Next returns the next transaction (see the source package contract). After the stream failed
-// it returns that error on every call; after Close, ErrClosed.
+// it returns that error on every call; after Close, ErrClosed. It returns the chunks of the
+// batch it took from the stream loop one by one (stream_queue.go), and takes the next batch
+// only when they are all returned. A failure, a fatal error or Close ends it even with
+// chunks of its batch left: they are not delivered, so nothing past them is stored.
 func (s *Source) Next(ctx context.Context) (source.Tx, error) {
 	s.mu.Lock()
 	txCh, done, snapCh, snapFailed := s.txCh, s.done, s.snap.ch, s.snap.failed
@@ -286,15 +293,26 @@ func (s *Source) Next(ctx context.Context) (source.Tx, error) {
 			return source.Tx{}, ctx.Err()
 		}
 	}
-	select {
-	case tx := <-txCh:
-		return tx, nil
-	case <-done:
-		return source.Tx{}, s.err
-	case <-s.ext.fatal:
-		return source.Tx{}, s.ext.fatalErr
-	case <-ctx.Done():
-		return source.Tx{}, ctx.Err()
+	for {
+		if isClosed(done) {
+			return source.Tx{}, s.err
+		}
+		if isClosed(s.ext.fatal) {
+			return source.Tx{}, s.ext.fatalErr
+		}
+		if tx, ok := s.fromBatch(); ok {
+			return tx, nil
+		}
+		select {
+		case b := <-txCh:
+			s.takeBatch(b)
+		case <-done:
+			return source.Tx{}, s.err
+		case <-s.ext.fatal:
+			return source.Tx{}, s.ext.fatalErr
+		case <-ctx.Done():
+			return source.Tx{}, ctx.Err()
+		}
 	}
 }
 

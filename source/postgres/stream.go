@@ -22,11 +22,14 @@ type stream struct {
 	dec  *Decoder
 	w    *waker
 
-	from       pglogrepl.LSN // Open's position: transactions ending at or before it are skipped
-	lastHanded pglogrepl.LSN // position of the last Tx Next returned (initially from)
-	out        source.Tx     // with hasOut: a finished chunk waiting for Next; nothing is read meanwhile
+	from pglogrepl.LSN // Open's position: transactions ending at or before it are skipped
+	// lastHanded is the position of the last Tx queued for Next (initially from): handed out as
+	// far as the loop's order checks and idle progress go (stream_queue.go, enqueue).
+	lastHanded pglogrepl.LSN
+	out        source.Tx     // with hasOut: a finished chunk waiting to be cleared and queued; nothing is read meanwhile
 	outLSN     pglogrepl.LSN // out.Position, parsed; for a More chunk its transaction's commit LSN
 	hasOut     bool
+	q          *txBatch // cleared chunks queued for Next, handed over together (stream_queue.go); nil: none
 
 	// The transaction whose chunks are being delivered (deliver): midTx after a More chunk;
 	// skipTx when it ends at or before from (decided at its first chunk); txRows its rows so far.
@@ -117,9 +120,12 @@ func (st *stream) loop(ctx context.Context) error {
 				return err
 			}
 		}
-		if !st.hasOut && st.idleReady() && !now.Before(st.lastIdle.Add(idle)) {
+		if st.idle() && st.idleReady() && !now.Before(st.lastIdle.Add(idle)) {
 			st.setOut(source.Tx{Position: lsnPosition(st.idleCand)}, st.idleCand, false)
 			st.lastIdle = now
+		}
+		if st.hasOut && !st.queueFull() && st.cleared() {
+			st.enqueue() // no wait: Next gets it with the queue (stream_queue.go)
 		}
 
 		deadline := st.nextWake(now, idle)
@@ -131,9 +137,12 @@ func (st *stream) loop(ctx context.Context) error {
 		}
 
 		var err error
-		if st.hasOut {
+		switch {
+		case st.mustHandOff(): // queue full, next chunk not cleared, or a read would wait
 			st.handOff(done, now, deadline, confirmWake)
-		} else {
+		case st.hasOut: // nothing queued: wait for the coverage watch to clear out
+			st.awaitCoverage(done, now, deadline, confirmWake)
+		default:
 			err = st.receive(done, deadline, confirmWake)
 		}
 		select {
@@ -162,15 +171,20 @@ func (st *stream) interrupted(done <-chan struct{}, confirmWake bool) bool {
 	}
 }
 
-// handOff passes out to Next, waiting at most until deadline, a wake or Close. Until the
-// coverage watch cleared out (cleared), it only waits for that.
+// handOff passes the queue to Next, waiting at most until deadline, a wake or Close. When out
+// waits for the coverage watch, it asks for a check first: the watcher's wake when one passes
+// ends the wait, and the loop queues out.
 func (st *stream) handOff(done <-chan struct{}, now, deadline time.Time, confirmWake bool) {
-	if !st.cleared() {
-		st.awaitCoverage(done, now, deadline, confirmWake)
-		return
+	if st.hasOut && !st.queueFull() {
+		cov := &st.s.ext.cov
+		cov.want.Store(true)
+		cov.request()
+		if st.cleared() { // a check passed in between (see awaitCoverage): queue out first
+			return
+		}
 	}
 	select {
-	case st.s.txCh <- st.out: // Next is waiting: no timer needed
+	case st.s.txCh <- st.q: // Next is waiting: no timer needed
 		st.handed()
 		return
 	default:
@@ -180,7 +194,7 @@ func (st *stream) handOff(done <-chan struct{}, now, deadline time.Time, confirm
 	}
 	st.timer.Reset(deadline.Sub(now))
 	select {
-	case st.s.txCh <- st.out:
+	case st.s.txCh <- st.q:
 		st.handed()
 	case <-st.timer.C:
 	case <-st.w.ch:
@@ -200,16 +214,8 @@ func (st *stream) setOut(tx source.Tx, l pglogrepl.LSN, hadRows bool) {
 	}
 }
 
-func (st *stream) handed() {
-	if st.out.More { // no position: nothing handed out moves
-		st.out, st.hasOut = source.Tx{}, false
-		return
-	}
-	st.lastHanded = st.outLSN
-	st.out, st.hasOut = source.Tx{}, false
-	st.s.ext.cov.handed.Store(uint64(st.lastHanded))
-	st.s.ext.cov.handedAt.Store(time.Now().UnixNano())
-}
+// idle reports whether the loop holds no chunk: neither out nor a queue.
+func (st *stream) idle() bool { return !st.hasOut && !st.queued() }
 
 // cleared reports whether out may be handed out without passing a possibly missed row (see
 // coveragewatch.go): a coverage check that read the server's WAL flush position at or past
@@ -379,7 +385,8 @@ func (st *stream) noteWALEnd(l pglogrepl.LSN) {
 }
 
 // idleReady reports whether idle progress to idleCand may be handed out now (ignoring pacing):
-// nothing partially received, everything handed out confirmed, and the keepalive is news.
+// nothing partially received, everything handed out (queued) confirmed, and the keepalive is
+// news. The loop also requires that it holds no chunk (idle).
 func (st *stream) idleReady() bool {
 	if st.s.ext.noKeepaliveProgress {
 		return false
@@ -404,7 +411,7 @@ func (st *stream) nextWake(now time.Time, idle time.Duration) time.Time {
 	if pglogrepl.LSN(st.s.confirmed.Load()) > st.sent {
 		wake = earliest(wake, st.lastStatus.Add(confirmGap))
 	}
-	if !st.hasOut && st.idleReady() {
+	if st.idle() && st.idleReady() {
 		wake = earliest(wake, st.lastIdle.Add(idle))
 	}
 	if wake.Before(now) {
