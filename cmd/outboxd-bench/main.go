@@ -56,7 +56,7 @@ func main() {
 	flag.IntVar(&o.LargeTxRSSCapMiB, "large-tx-rss-cap", 0, "memory-large-tx: kill outboxd once its VmRSS passes this many MiB (default 4096)")
 	flag.DurationVar(&o.LargeTxTimeout, "large-tx-timeout", 0, "memory-large-tx: give up on a case after this long (default 10m)")
 	var kafkaExtra, outboxdEnv multiFlag
-	flag.Var(&outboxdEnv, "outboxd-env", "memory-large-tx: extra `KEY=VALUE` in the outboxd process's environment, e.g. -outboxd-env GOMEMLIMIT=48MiB (repeatable)")
+	flag.Var(&outboxdEnv, "outboxd-env", "extra `KEY=VALUE` in the environment of every outboxd process (own-process drains, memory-pg, memory-large-tx), e.g. -outboxd-env GOMEMLIMIT=48MiB or GOMAXPROCS=1 (repeatable)")
 	flag.Var(&kafkaExtra, "kafka", "extra `key: value` line for the outboxd config's kafka section, e.g. -kafka 'max_inflight: 50000' (repeatable)")
 	flag.DurationVar(&o.CleanupDuration, "cleanup-duration", 0, "cleanup-pg: length of the steady load (default 10m)")
 	flag.IntVar(&o.CleanupRate, "cleanup-rate", 0, "cleanup-pg: inserts/s of the steady load (default 500)")

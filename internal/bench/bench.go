@@ -77,7 +77,7 @@ type Options struct {
 	LargeTxCases     []string      // memory-large-tx: case ids to run, path.Match globs ("pg-rows-alo", "mariadb-*-eos"; empty: all)
 	LargeTxRSSCapMiB int           // memory-large-tx: kill outboxd above this VmRSS (default 4096; the figure is then a lower bound)
 	LargeTxTimeout   time.Duration // memory-large-tx: give up on a case after this long (default 10m)
-	OutboxdEnv       []string      // memory-large-tx: extra KEY=VALUE environment of the outboxd process (experiments: GOMEMLIMIT, GOGC)
+	OutboxdEnv       []string      // extra KEY=VALUE environment of every outboxd process the bench starts (experiments: GOMEMLIMIT, GOGC, GOMAXPROCS)
 	KafkaExtra       []string      // extra "key: value" lines for the outboxd config's kafka section (experiments)
 	CleanupDuration  time.Duration // cleanup-pg: length of the steady load (default 10m)
 	CleanupRate      int           // cleanup-pg: inserts/s of the steady load (default 500)

@@ -120,7 +120,7 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 				}
 				d, err = runOutboxdInProcess(ctx, e, cfgText, done, prof)
 			case process:
-				pr, err = runOutboxdProcess(ctx, bin, cfgText, done)
+				pr, err = runOutboxdProc(ctx, bin, cfgText, done, procOpts{env: o.OutboxdEnv})
 				if err == nil && !pr.drained {
 					err = fmt.Errorf("outboxd process stopped before draining the backlog: %s: %s", pr.exit, pr.logTail)
 				}
@@ -192,6 +192,9 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 				"the stored position covered the last row " + fmtFloats(storedLag[k], "%.0f") + " ms later (offsets.commit_interval 100ms); " + detail
 			if dups[k] > 0 {
 				detail += fmt.Sprintf("; %d duplicate records in Kafka", dups[k])
+			}
+			if names[k] == process && len(o.OutboxdEnv) > 0 {
+				detail += "; outboxd environment: " + strings.Join(o.OutboxdEnv, " ")
 			}
 		}
 		if k < len(refs) {
