@@ -24,7 +24,7 @@ func (a *alo) canAccept(rows, bytes int) bool {
 }
 
 // accept tracks one chunk and queues its records (or, for rows the transform refuses, their
-// dead letters). One allocation per chunk: its flights.
+// dead letters). Its flights come from a block shared with the chunks around it (flights).
 func (a *alo) accept(now time.Time, ch *source.Tx) error {
 	if a.phase != phaseRunning || !a.tracker.CanAdd(len(ch.Rows)) || a.live > 0 && a.bytes+source.ChunkBytes(ch) > a.c.cfg.MaxInflightBytes {
 		return fmt.Errorf("delivery: Accept of a chunk of %d rows that CanAccept refuses (phase %d, %d records and %d bytes in flight)",
@@ -41,7 +41,7 @@ func (a *alo) accept(now time.Time, ch *source.Tx) error {
 		a.after = ch.Position
 	}
 	if len(ch.Rows) > 0 {
-		fs := make([]flight, len(ch.Rows))
+		fs := a.blocks.flights(len(ch.Rows))
 		a.live += len(fs)
 		for i := range fs {
 			f := &fs[i]

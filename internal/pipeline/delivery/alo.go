@@ -23,6 +23,7 @@ type flight struct {
 	bytes      int
 	ord        uint64 // the record's number in source order (since New)
 	state      flightState
+	blk        *flightBlk // the block it was carved from (nil: a big chunk's own allocation)
 }
 
 type flightState uint8
@@ -49,8 +50,9 @@ const (
 type alo struct {
 	c       *Core
 	tracker *offsets.Tracker
-	live    int // unresolved flights (== tracker.Records())
-	bytes   int // their bytes
+	live    int          // unresolved flights (== tracker.Records())
+	bytes   int          // their bytes
+	blocks  flightBlocks // where small chunks' flights come from (flights.go)
 
 	// At most MaxInflight sends are handed to the loop without an outcome (the producer's own
 	// cap is the same number: Produce then never blocks on it, so the loop stays responsive);

@@ -61,6 +61,7 @@ func (a *alo) resolve(f *flight) {
 		return
 	}
 	f.rec, f.row = sink.Record{}, nil // the chunk's allocation may live on; its payloads need not
+	a.blocks.resolved(f)
 	a.commitPrefix()
 	a.maybeFinish()
 }
