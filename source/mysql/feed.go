@@ -29,6 +29,7 @@ type eventFeed struct {
 	stopOnce sync.Once
 	batch    []*replication.BinlogEvent // the reading goroutine's events not yet handed over
 	batchLen int                        // their size in bytes
+	meta     *metaCache                 // MariaDB: the table map events' optional metadata (tablemeta.go)
 
 	mu        sync.Mutex
 	queue     []*replication.BinlogEvent // handed over, not yet taken
@@ -58,6 +59,11 @@ func newFeed(live *liveness) *eventFeed {
 // HandleEvent implements replication.EventHandler; it runs on the syncer's reading goroutine.
 func (f *eventFeed) HandleEvent(ev *replication.BinlogEvent) error {
 	f.live.events.Add(1)
+	if tm, ok := ev.Event.(*replication.TableMapEvent); ok && f.meta != nil {
+		if err := f.meta.fill(tm); err != nil {
+			return &replication.EventError{Header: ev.Header, Err: err.Error(), Data: ev.RawData}
+		}
+	}
 	f.batch = append(f.batch, ev)
 	f.batchLen += int(ev.Header.EventSize)
 	if len(f.batch) < feedBatch && f.batchLen < feedBatchBytes && !endsBatch(ev) {

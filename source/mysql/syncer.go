@@ -17,6 +17,11 @@ import (
 func (s *Source) startStream(ctx context.Context, start position) error {
 	quiet := slog.New(debugLevel{s.log.Handler()}).With("component", "go-mysql")
 	f := newFeed(&s.live)
+	var optMeta func([]byte) error
+	if s.info.mariadb {
+		f.meta = &metaCache{}
+		optMeta = f.meta.decode
+	}
 	host, port := s.dsn.Addr, uint16(0)
 	if s.dsn.Net == "tcp" {
 		host, port = s.dsn.Host(), s.dsn.port()
@@ -29,7 +34,7 @@ func (s *Source) startStream(ctx context.Context, start position) error {
 		// CPU time of a drain); the watchdog detects a silent connection instead.
 		HeartbeatPeriod: s.cfg.HeartbeatPeriod, DiscardGTIDSet: true,
 		DisableRetrySync: true, Logger: quiet,
-		RowsEventDecodeFunc: s.decodeRows,
+		RowsEventDecodeFunc: s.decodeRows, TableMapOptionalMetaDecodeFunc: optMeta,
 		// FillZeroLogPos makes go-mysql ask MariaDB for ANNOTATE_ROWS events (each carries the
 		// statement's text: for outbox INSERTs, the payload again) so that MariaDB 11.4+ fills
 		// every event's log position. Only file:pos positions need those; with GTIDs the log
