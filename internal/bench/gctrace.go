@@ -15,6 +15,7 @@ type gcTrace struct {
 	PeakMiB float64 // largest heap at a cycle's start or end (A, B)
 	LiveMiB float64 // largest live heap (C)
 	GoalMiB float64 // largest heap goal (G)
+	CPUms   float64 // the cycles' CPU ("ms cpu": STW sweep termination + assist/background/idle marking + STW mark termination)
 }
 
 // parseGCTrace reads the gctrace lines of a log (other lines are ignored).
@@ -26,6 +27,8 @@ func parseGCTrace(log string) gcTrace {
 		}
 		for _, f := range strings.Split(l, ", ") {
 			switch {
+			case strings.HasSuffix(f, " ms cpu"):
+				t.CPUms += sumGCCPU(strings.TrimSuffix(f, " ms cpu"))
 			case strings.HasSuffix(f, " MB goal"):
 				if g, ok := parseMiB(strings.TrimSuffix(f, " MB goal")); ok {
 					t.GoalMiB = max(t.GoalMiB, g)
@@ -48,6 +51,17 @@ func parseGCTrace(log string) gcTrace {
 		}
 	}
 	return t
+}
+
+// sumGCCPU adds up a gctrace cpu field, "A+B/C/D+E".
+func sumGCCPU(s string) float64 {
+	var sum float64
+	for _, part := range strings.FieldsFunc(s, func(r rune) bool { return r == '+' || r == '/' }) {
+		if v, ok := parseMiB(part); ok {
+			sum += v
+		}
+	}
+	return sum
 }
 
 func parseMiB(s string) (float64, bool) {

@@ -74,15 +74,16 @@ func memoryPG(ctx context.Context, e *env) ([]Result, error) {
 		}
 		x := Result{Scenario: scenario, Name: "outboxd peak RSS, " + p.name, Value: r.hwmKiB / 1024, Unit: "MiB",
 			Extra: map[string]float64{"vmhwm_kib": r.hwmKiB, "max_sampled_rss_kib": r.maxRSSKiB, "max_rss_anon_kib": r.maxAnonKiB,
-				"gc_cycles": float64(r.gc.Cycles), "gc_live_mib": r.gc.LiveMiB, "gc_peak_mib": r.gc.PeakMiB, "gc_goal_mib": r.gc.GoalMiB}}
+				"gc_cycles": float64(r.gc.Cycles), "gc_live_mib": r.gc.LiveMiB, "gc_peak_mib": r.gc.PeakMiB, "gc_goal_mib": r.gc.GoalMiB,
+				"gc_cpu_s": r.gc.CPUms / 1000}}
 		if r.drained {
 			cpuPerEvent := float64(r.cpu.Microseconds()) / float64(p.rows)
 			x.Extra["cpu_s"], x.Extra["cpu_us_per_event"] = r.cpu.Seconds(), cpuPerEvent
 			x.Extra["events_per_s"] = float64(p.rows) / r.elapsed.Seconds()
 			x.Detail = fmt.Sprintf("VmHWM; drained in %s (%.0f events/s, separate process; %.2f µs CPU per event from start to drained); "+
-				"max sampled VmRSS %.1f MiB, of it anonymous (heap, stacks) %.1f MiB; Go heap (gctrace): live ≤ %.1f MiB, peak %.1f MiB, %d GC cycles",
+				"max sampled VmRSS %.1f MiB, of it anonymous (heap, stacks) %.1f MiB; Go heap (gctrace): live ≤ %.1f MiB, peak %.1f MiB, %d GC cycles using %.2f s CPU (%.2f µs per event)",
 				r.elapsed.Round(time.Millisecond), float64(p.rows)/r.elapsed.Seconds(), cpuPerEvent, r.maxRSSKiB/1024, r.maxAnonKiB/1024,
-				r.gc.LiveMiB, r.gc.PeakMiB, r.gc.Cycles)
+				r.gc.LiveMiB, r.gc.PeakMiB, r.gc.Cycles, r.gc.CPUms/1000, r.gc.CPUms*1000/float64(p.rows))
 			if p.big == 0 {
 				x.Detail += " (target ≤ 48 MiB)"
 			}
