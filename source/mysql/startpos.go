@@ -182,17 +182,17 @@ func (st *stamper) position(core source.Position) source.Position {
 	if core == "" {
 		return core
 	}
-	var b strings.Builder
-	b.Grow(len(core) + len(st.file) + len(st.id) + 20)
-	b.WriteString(string(core))
+	// One allocation per transaction: the text is put together on the stack (when it fits).
+	var buf [160]byte
+	b := append(buf[:0], core...)
 	if st.file != "" {
-		b.WriteString(";binlog=")
-		b.WriteString(st.file)
+		b = append(b, ";binlog="...)
+		b = append(b, st.file...)
 		if st.pos != 0 {
-			b.WriteByte(':')
-			b.WriteString(strconv.FormatUint(uint64(st.pos), 10))
+			b = append(b, ':')
+			b = strconv.AppendUint(b, uint64(st.pos), 10)
 		}
 	}
-	b.WriteString(st.id)
-	return source.Position(b.String())
+	b = append(b, st.id...)
+	return source.Position(b)
 }
