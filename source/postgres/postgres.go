@@ -140,6 +140,7 @@ type Source struct {
 	txCh   chan *txBatch // the stream loop's queue of chunks to Next (stream_queue.go)
 	spares chan *txBatch // batches Next emptied, for the loop to fill again (capacity 2)
 	nb     batchState    // Next's batch (Next's goroutine only)
+	nc     nextChans     // Next's copy of the channels start made (Next's goroutine only)
 	done   chan struct{} // closed when the stream loop ends; err is set before
 	err    error
 
@@ -270,12 +271,15 @@ func (s *Source) start(ctx context.Context, repl *pgconn.PgConn, fromLSN pglogre
 // only when they are all returned. A failure, a fatal error or Close ends it even with
 // chunks of its batch left: they are not delivered, so nothing past them is stored.
 func (s *Source) Next(ctx context.Context) (source.Tx, error) {
-	s.mu.Lock()
-	txCh, done, snapCh, snapFailed := s.txCh, s.done, s.snap.ch, s.snap.failed
-	s.mu.Unlock()
-	if done == nil {
-		return source.Tx{}, errors.New("postgres source: Next called before a successful Open")
+	if s.nc.done == nil { // start sets these once, under mu: read them once (Next's goroutine only)
+		s.mu.Lock()
+		s.nc = nextChans{txCh: s.txCh, done: s.done, snapCh: s.snap.ch, snapFailed: s.snap.failed}
+		s.mu.Unlock()
+		if s.nc.done == nil {
+			return source.Tx{}, errors.New("postgres source: Next called before a successful Open")
+		}
 	}
+	txCh, done, snapCh, snapFailed := s.nc.txCh, s.nc.done, s.nc.snapCh, s.nc.snapFailed
 	if snapCh != nil && !s.snap.over { // the snapshot first (snapshot.go)
 		select {
 		case tx, ok := <-snapCh:

@@ -114,6 +114,13 @@ type batchState struct {
 	at  int64    // when cur was taken (unix nanos): the hand-out time cov.handedAt reports
 }
 
+// nextChans are the channels Next waits on, as start made them.
+type nextChans struct {
+	txCh             chan *txBatch
+	done, snapFailed chan struct{}
+	snapCh           chan source.Tx
+}
+
 // fromBatch returns the next chunk of the batch Next holds, or false when it holds none (the
 // batch it emptied goes back to the loop: spares). A chunk with a position updates the
 // coverage watch's handed-out position: it reports the last position Next returned, the one
