@@ -235,6 +235,7 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 	var batch txBatch // chunks taken from the reader; those from batch.next on wait for room in the core
 	var ended error   // a finite source's end (source.ErrEnd): the chunks it read are accepted first
 	reading, stopCh := true, ctx.Done()
+	fast := 0 // waiting's run of hits
 	for {
 		rd := r.core.Ready()
 		if rd.Err != nil {
@@ -263,43 +264,45 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 		if reading && batch.head() == nil {
 			in = txq.C
 		}
-		select {
-		case <-in:
-			batch.refill(txq)
-		case <-r.outcomes.C:
-			r.handleOutcomes()
-		case res := <-r.saved:
-			r.saving = false
-			r.core.SaveResult(res.pos, res.err, res.cancelled)
-		case <-ticker.C:
-			now := time.Now()
-			r.core.Tick(now)
-			ev, d := r.stall.tick(now, r.core.Inflight())
-			logStall(r.log, ev, d, r.core.Inflight())
-		case <-wakeT.C:
-			wakeAt = time.Time{}
-			r.core.Tick(time.Now())
-		case err := <-errCh:
-			errCh = nil
-			switch {
-			case ctx.Err() != nil: // the stop ended the reader
+		if !r.waiting(&fast, in, &batch, txq) { // else work already waiting was taken
+			select {
+			case <-in:
+				batch.refill(txq)
+			case <-r.outcomes.C:
+				r.handleOutcomes()
+			case res := <-r.saved:
+				r.saving = false
+				r.core.SaveResult(res.pos, res.err, res.cancelled)
+			case <-ticker.C:
+				now := time.Now()
+				r.core.Tick(now)
+				ev, d := r.stall.tick(now, r.core.Inflight())
+				logStall(r.log, ev, d, r.core.Inflight())
+			case <-wakeT.C:
+				wakeAt = time.Time{}
+				r.core.Tick(time.Now())
+			case err := <-errCh:
+				errCh = nil
+				switch {
+				case ctx.Err() != nil: // the stop ended the reader
+					stopCh = nil
+					r.beginStop(reading, stopReading)
+					batch.drop()
+					reading, srcErr = false, nil
+				case reading && errors.Is(err, source.ErrEnd):
+					ended = err
+				case reading:
+					batch.drop()
+					reading, srcErr = false, err
+					now := time.Now()
+					r.core.SourceEnded(now, now.Add(r.o.ShutdownTimeout))
+				}
+			case <-stopCh:
 				stopCh = nil
 				r.beginStop(reading, stopReading)
 				batch.drop()
 				reading, srcErr = false, nil
-			case reading && errors.Is(err, source.ErrEnd):
-				ended = err
-			case reading:
-				batch.drop()
-				reading, srcErr = false, err
-				now := time.Now()
-				r.core.SourceEnded(now, now.Add(r.o.ShutdownTimeout))
 			}
-		case <-stopCh:
-			stopCh = nil
-			r.beginStop(reading, stopReading)
-			batch.drop()
-			reading, srcErr = false, nil
 		}
 		if err := r.acceptBatch(&batch, budget); err != nil {
 			stopReading()
@@ -311,6 +314,38 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 			r.core.SourceEnded(now, now.Add(r.o.ShutdownTimeout))
 		}
 	}
+}
+
+// fastMax bounds waiting's hits in a row: then the full select runs, so ticks, saves, timers
+// and a stop are served while acks and chunks keep coming.
+const fastMax = 8
+
+// waiting takes acks or chunks (in: nil when the loop does not want chunks) that are already
+// waiting with a non-blocking receive each, instead of the full select, which locks every one of
+// its seven channels — during a backlog drain there is nearly always something waiting.
+func (r *runner) waiting(fast *int, in <-chan struct{}, b *txBatch, txq *txQueue) bool {
+	if *fast >= fastMax {
+		*fast = 0
+		return false
+	}
+	select {
+	case <-r.outcomes.C:
+		r.handleOutcomes()
+		*fast++
+		return true
+	default:
+	}
+	if in != nil {
+		select {
+		case <-in:
+			b.refill(txq)
+			*fast++
+			return true
+		default:
+		}
+	}
+	*fast = 0
+	return false
 }
 
 // acceptBatch accepts the batch's chunks, in order, as far as the core has room, and frees

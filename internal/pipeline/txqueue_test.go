@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/outboxd/outboxd/source"
 )
@@ -163,4 +164,46 @@ func TestStopMidBatchLosesNothing(t *testing.T) {
 			}
 		}
 	})
+}
+
+// endlessSource hands out single-row transactions as fast as they are asked for.
+type endlessSource struct{ n int }
+
+func (s *endlessSource) Open(context.Context, source.Position) error { return nil }
+func (s *endlessSource) Next(ctx context.Context) (source.Tx, error) {
+	if err := ctx.Err(); err != nil {
+		return source.Tx{}, err
+	}
+	s.n++
+	return source.Tx{Position: source.Position(fmt.Sprintf("%012d", s.n)), Rows: []source.Row{row(fmt.Sprint(s.n), "x")}}, nil
+}
+func (s *endlessSource) Confirm(context.Context, source.Position) error { return nil }
+func (s *endlessSource) Close() error                                   { return nil }
+
+// While acks and chunks are always waiting (an endless backlog, instant acks), the loop's fast
+// path (waiting) still lets the commit ticks and a stop through: positions keep being stored,
+// and the stop ends Run. Real time: the loop is never idle, so a fake clock would never move.
+func TestBusyLoopStillCommitsAndStops(t *testing.T) {
+	src, p, st := &endlessSource{}, &fakeProducer{auto: true}, &memStore{}
+	o := options(nil, p, st)
+	o.NewSource = func() source.Source { return src }
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- Run(ctx, o) }()
+	var seen []source.Position
+	waitFor(t, "three commits during the backlog", func() bool {
+		if pos := st.get(); pos != "" && (len(seen) == 0 || pos != seen[len(seen)-1]) {
+			seen = append(seen, pos)
+		}
+		return len(seen) >= 3
+	})
+	cancel()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not stop while busy")
+	}
 }
