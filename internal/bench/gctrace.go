@@ -15,7 +15,7 @@ type gcTrace struct {
 	PeakMiB float64 // largest heap at a cycle's start or end (A, B)
 	LiveMiB float64 // largest live heap (C)
 	GoalMiB float64 // largest heap goal (G)
-	CPUms   float64 // the cycles' CPU ("ms cpu": STW sweep termination + assist/background/idle marking + STW mark termination)
+	CPUms   float64 // the cycles' CPU ("ms cpu" without idle marking: STW sweep termination + assist + background marking + STW mark termination)
 }
 
 // parseGCTrace reads the gctrace lines of a log (other lines are ignored).
@@ -53,11 +53,17 @@ func parseGCTrace(log string) gcTrace {
 	return t
 }
 
-// sumGCCPU adds up a gctrace cpu field, "A+B/C/D+E".
+// sumGCCPU adds up a gctrace cpu field, "A+B/C/D+E": the stop-the-world phases A and E, assist
+// B and background C marking. D, marking on otherwise idle Ps, is left out: it only uses CPU
+// nothing else wanted (the runtime counts it as P time; summed it can exceed the process's CPU).
 func sumGCCPU(s string) float64 {
+	parts := strings.FieldsFunc(s, func(r rune) bool { return r == '+' || r == '/' })
+	if len(parts) != 5 {
+		return 0
+	}
 	var sum float64
-	for _, part := range strings.FieldsFunc(s, func(r rune) bool { return r == '+' || r == '/' }) {
-		if v, ok := parseMiB(part); ok {
+	for i, part := range parts {
+		if v, ok := parseMiB(part); ok && i != 3 {
 			sum += v
 		}
 	}
