@@ -40,14 +40,14 @@ type dbzSetup struct {
 
 // dbzWorkerTuning are the worker settings of every Debezium run (Connect's producer for source
 // tasks), chosen as Debezium's and Kafka's docs advise for throughput and to match outboxd's
-// producer: acks=all with idempotence (outboxd's), lz4 (outboxd's default compression), linger
+// producer: acks=all with idempotence (outboxd's), snappy (outboxd's default compression), linger
 // 5 ms (the Java producer has no adaptive mode like outboxd's default linger 0; 5 ms is the
 // usual throughput advice), larger batches than the 16 KiB default.
 var dbzWorkerTuning = map[string]string{
 	"producer.acks":                                  "all",
 	"producer.enable.idempotence":                    "true",
 	"producer.max.in.flight.requests.per.connection": "5",
-	"producer.compression.type":                      "lz4",
+	"producer.compression.type":                      "snappy",
 	"producer.linger.ms":                             "5",
 	"producer.batch.size":                            "262144",
 	"offset.flush.interval.ms":                       "1000",

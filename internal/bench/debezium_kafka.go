@@ -67,7 +67,7 @@ func startCmpKafka(e *env) (*cmpKafka, error) {
 		desc: "Apache Kafka " + testenv.ApacheKafkaVersion + " (private single KRaft node, JVM -Xmx512m, same machine)", stop: k.Destroy}, nil
 }
 
-// warmBroker produces n outbox-sized records (lz4, acks=all, as both tools do) to a throwaway
+// warmBroker produces n outbox-sized records (snappy, acks=all, as both tools do) to a throwaway
 // topic, so that the broker's JIT warm-up is not billed to whichever tool drains first.
 func warmBroker(ctx context.Context, brokers []string, n int) error {
 	topic := fmt.Sprintf("outboxd-bench.warmup.%d", time.Now().UnixNano())
@@ -76,7 +76,7 @@ func warmBroker(ctx context.Context, brokers []string, n int) error {
 	}
 	defer deleteTopics(brokers, topic)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic),
-		kgo.ProducerBatchCompression(kgo.Lz4Compression()), kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerBatchCompression(kgo.SnappyCompression()), kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(5*time.Millisecond))
 	if err != nil {
 		return err

@@ -20,7 +20,7 @@ func cmpResults(scenario, dbzDesc, kafkaDesc string, b *Backlog, m cmpData, o *O
 	}
 	order := fmt.Sprintf("%d rounds, round 1 outboxd first, then alternating; the broker was warmed up with %d records before round 1", o.Rounds, brokerWarmup)
 	desc := [2]string{
-		"outboxd own process, default config (at_least_once, acks=all idempotent, lz4, adaptive linger, max_inflight 4096)",
+		"outboxd own process, default config (at_least_once, acks=all idempotent, snappy, adaptive linger, max_inflight 4096)",
 		dbzDesc + ", Kafka Connect " + "standalone, one task",
 	}
 	type agg struct{ rate, steady, cpu, steadyCPU, rss []float64 }

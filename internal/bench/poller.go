@@ -14,7 +14,7 @@ import (
 // pollPG is the baseline: a polling relay (the design outboxd replaces), done as well as that
 // design allows. Each worker loops: BEGIN; SELECT the oldest PollBatch unsent rows FOR UPDATE
 // SKIP LOCKED; produce them all with a sarama SyncProducer (the same durable settings as outboxd:
-// idempotent, acks=all, lz4, Java partitioner) and wait for the acks; UPDATE ... SET sent_at for
+// idempotent, acks=all, snappy (outboxd's default), Java partitioner) and wait for the acks; UPDATE ... SET sent_at for
 // the batch; COMMIT. Runs with 1 worker (keeps per-key order) and 4 workers (SKIP LOCKED
 // concurrency; per-key order is lost) on a backlog of N rows.
 func pollPG(ctx context.Context, e *env) ([]Result, error) {
@@ -23,7 +23,7 @@ func pollPG(ctx context.Context, e *env) ([]Result, error) {
 	if err := e.pg.ensureSchema(ctx); err != nil {
 		return nil, err
 	}
-	kc := kafka.Config{Brokers: e.brokers, ClientID: "outboxd-bench-poller", Compression: "lz4"}
+	kc := kafka.Config{Brokers: e.brokers, ClientID: "outboxd-bench-poller", Compression: "snappy"}
 	sc, err := kc.SaramaConfig()
 	if err != nil {
 		return nil, err
@@ -69,7 +69,7 @@ SELECT gen_random_uuid(), %s, 'customer-' || (i %% 1000), 'OrderCreated', %s FRO
 			name = fmt.Sprintf("polling workers (%d, SKIP LOCKED; per-key order lost)", workers)
 		}
 		res = append(res, Result{Scenario: scenario, Name: name, Value: rate, Unit: "events/s",
-			Detail: fmt.Sprintf("%d rows; SELECT … ORDER BY seq LIMIT %d FOR UPDATE SKIP LOCKED → SyncProducer.SendMessages (acks=all, idempotent, lz4) → UPDATE sent_at → COMMIT; %s",
+			Detail: fmt.Sprintf("%d rows; SELECT … ORDER BY seq LIMIT %d FOR UPDATE SKIP LOCKED → SyncProducer.SendMessages (acks=all, idempotent, snappy) → UPDATE sent_at → COMMIT; %s",
 				o.N, o.PollBatch, d.Round(time.Millisecond))})
 	}
 	return res, nil

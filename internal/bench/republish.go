@@ -102,7 +102,7 @@ func republishPG(ctx context.Context, e *env) ([]Result, error) {
 	rate, dryRate := float64(rows)/took.Seconds(), float64(rows)/dryTook.Seconds()
 	return []Result{
 		{Scenario: scenario, Name: "outboxd republish rate", Value: rate, Unit: "events/s",
-			Detail: fmt.Sprintf("%d rows (jsonb payload avg %s B) in %s, count, scan and Kafka acks included; kafka defaults (lz4, adaptive linger, max_inflight 4096)",
+			Detail: fmt.Sprintf("%d rows (jsonb payload avg %s B) in %s, count, scan and Kafka acks included; kafka defaults (snappy, adaptive linger, max_inflight 4096)",
 				rows, avg, took.Round(time.Millisecond)),
 			Extra: map[string]float64{"rows": float64(rows), "seconds": took.Seconds()}},
 		{Scenario: scenario, Name: "outboxd republish --dry-run rate", Value: dryRate, Unit: "events/s",

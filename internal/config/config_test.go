@@ -73,7 +73,7 @@ func TestDefaults(t *testing.T) {
 	// internal/app TestSourceDefaults.
 	if c.ShutdownTimeout != 30*time.Second ||
 		c.Outbox.Topic != "outbox.event.${routedByValue}" || c.Outbox.Columns.AggregateID != "aggregateid" ||
-		c.Kafka.Delivery != "at_least_once" || c.Kafka.Compression != "lz4" || c.Kafka.DLQTopic != "outboxd.dlq" ||
+		c.Kafka.Delivery != "at_least_once" || c.Kafka.Compression != "snappy" || c.Kafka.DLQTopic != "outboxd.dlq" ||
 		c.Offsets.Store != "file" || c.Offsets.Path != "/var/lib/outboxd/offsets.json" || c.Offsets.Topic != "outboxd.offsets" ||
 		c.Kafka.ClientID != "outboxd" || c.Kafka.TransactionTimeout != 60*time.Second {
 		t.Errorf("defaults wrong: %+v", c)

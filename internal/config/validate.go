@@ -42,7 +42,7 @@ func (c *Config) applyDefaults() {
 	def(&c.Kafka.OnPermanentError, "dlq")
 	def(&c.Kafka.ClientID, "outboxd")
 	def(&c.Kafka.Delivery, "at_least_once")
-	def(&c.Kafka.Compression, "lz4")
+	def(&c.Kafka.Compression, "snappy") // the cheapest CPU per record at lz4's size: sink/kafka BenchmarkCodec
 	def(&c.Kafka.DLQTopic, "outboxd.dlq")
 	if c.Kafka.MaxInflight == 0 {
 		c.Kafka.MaxInflight = 4096 // as sink/kafka.DefaultMaxInflightRecords

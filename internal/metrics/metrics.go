@@ -54,7 +54,7 @@ func New() *Metrics {
 		dlq: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "outboxd_dlq_events_total", Help: "Records dead-lettered, by reason."},
 			[]string{"reason"}),
 		commitToAck: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "outboxd_commit_to_ack_seconds",
-			Help:    "Time from the source transaction's commit to the Kafka ack of its record.",
+			Help: "Time from the source transaction's commit to the Kafka ack of its record.",
 			// Fine below 10 ms: with the adaptive linger a healthy pipeline acks in 1–3 ms.
 			Buckets: []float64{.0005, .001, .0015, .002, .0025, .003, .004, .005, .0075, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}),
 		lagBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "outboxd_source_lag_bytes", Help: "PostgreSQL: server WAL end minus the slot's confirmed LSN."}),
