@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -159,16 +161,11 @@ func runOutboxdProcess(ctx context.Context, bin, cfgText string, done func(sourc
 // load (the Kafka store waits for an open transaction) does not pause the memory sampling. The
 // child dies with the bench (Pdeathsig) and is always stopped before return.
 func runOutboxdProc(ctx context.Context, bin, cfgText string, done func(source.Position) (bool, error), po procOpts) (r procRun, _ error) {
-	cfg, err := config.Parse([]byte(cfgText), os.LookupEnv)
+	cfg, cfgPath, cleanup, err := writeOutboxdConfig(cfgText)
 	if err != nil {
 		return r, err
 	}
-	dir := filepath.Dir(cfg.Offsets.Path)
-	defer os.RemoveAll(dir)
-	cfgPath := filepath.Join(dir, "outboxd.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o600); err != nil {
-		return r, err
-	}
+	defer cleanup()
 	store, err := app.Store(cfg)
 	if err != nil {
 		return r, err
@@ -183,15 +180,11 @@ func runOutboxdProc(ctx context.Context, bin, cfgText string, done func(source.P
 		po.timeout = 10 * time.Minute
 	}
 	var logBuf syncBuffer
-	cmd := exec.Command(bin, "run", "-c", cfgPath)
-	cmd.Stdout, cmd.Stderr = &logBuf, &logBuf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if po.gctrace || len(po.env) > 0 {
-		cmd.Env = append(os.Environ(), po.env...)
-		if po.gctrace {
-			cmd.Env = append(cmd.Env, "GODEBUG=gctrace=1")
-		}
+	env := po.env
+	if po.gctrace {
+		env = append(slices.Clone(env), "GODEBUG=gctrace=1")
 	}
+	cmd := outboxdCommand(bin, cfgPath, env, &logBuf)
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
 		return r, err
@@ -370,4 +363,33 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// writeOutboxdConfig parses cfgText and writes it beside the offsets file it names, in the
+// directory the cleanup removes.
+func writeOutboxdConfig(cfgText string) (cfg *config.Config, cfgPath string, cleanup func(), err error) {
+	cfg, err = config.Parse([]byte(cfgText), os.LookupEnv)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	dir := filepath.Dir(cfg.Offsets.Path)
+	cleanup = func() { os.RemoveAll(dir) }
+	cfgPath = filepath.Join(dir, "outboxd.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o600); err != nil {
+		cleanup()
+		return nil, "", nil, err
+	}
+	return cfg, cfgPath, cleanup, nil
+}
+
+// outboxdCommand is `bin run -c cfgPath` with env added to the bench's environment and its
+// output in out; the child dies with the bench (Pdeathsig).
+func outboxdCommand(bin, cfgPath string, env []string, out io.Writer) *exec.Cmd {
+	cmd := exec.Command(bin, "run", "-c", cfgPath)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
+	return cmd
 }

@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/outboxd/outboxd/internal/config"
 	"github.com/outboxd/outboxd/internal/testenv"
 )
 
@@ -72,23 +70,13 @@ func memoryIdle(ctx context.Context, e *env, bin string) (Result, error) {
 // runOutboxdIdle starts `bin run -c <cfg>`, polls readyURL until it answers 200, waits
 // idleSettle, reads the process's memory and stops it (SIGTERM). The child dies with the bench.
 func runOutboxdIdle(ctx context.Context, bin, cfgText, readyURL string, env []string) (r idleRun, _ error) {
-	cfg, err := config.Parse([]byte(cfgText), os.LookupEnv)
+	_, cfgPath, cleanup, err := writeOutboxdConfig(cfgText)
 	if err != nil {
 		return r, err
 	}
-	dir := filepath.Dir(cfg.Offsets.Path)
-	defer os.RemoveAll(dir)
-	cfgPath := filepath.Join(dir, "outboxd.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o600); err != nil {
-		return r, err
-	}
+	defer cleanup()
 	var logBuf syncBuffer
-	cmd := exec.Command(bin, "run", "-c", cfgPath)
-	cmd.Stdout, cmd.Stderr = &logBuf, &logBuf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if len(env) > 0 {
-		cmd.Env = append(os.Environ(), env...)
-	}
+	cmd := outboxdCommand(bin, cfgPath, env, &logBuf)
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
 		return r, err
