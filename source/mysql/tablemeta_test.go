@@ -103,7 +103,9 @@ func unsignedMap(tm *replication.TableMapEvent) (m map[int]bool, panicked bool) 
 	return tm.UnsignedMap(), false
 }
 
-func tableMapRaw(raw []byte) bool { return replication.EventType(raw[4]) == replication.TABLE_MAP_EVENT }
+func tableMapRaw(raw []byte) bool {
+	return replication.EventType(raw[4]) == replication.TABLE_MAP_EVENT
+}
 
 // optOf returns the optional metadata of a table map event (header, checksum and the fields
 // before it skipped as go-mysql's decoder does).
