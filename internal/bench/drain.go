@@ -131,6 +131,9 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 			if sw != nil {
 				srvCPU[tool] = append(srvCPU[tool], sw.stop())
 			}
+			if h, ok := be.(interface{ releaseReference() }); ok {
+				h.releaseReference() // a reference reader held open until its server thread was seen
+			}
 			var mi machineIdle
 			if m1, err := readMachineCPU(); err == nil && merr == nil {
 				mi.idle, mi.steal, mi.ok = idleSince(m0, m1)

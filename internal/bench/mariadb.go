@@ -192,6 +192,19 @@ type myBackend struct {
 	setup sync.Once
 	err   error
 	ids   uint32 // next server_id to hand out
+	// held: the last bare reader's syncer, closed by releaseReference once the dump thread's
+	// watch has stopped (Close KILLs the dump thread: closed earlier, a drain shorter than the
+	// watch's lookups would leave the thread unseen).
+	held *replication.BinlogSyncer
+}
+
+// releaseReference closes the bare reader RunReference left open (drain.go calls it after
+// stopping the server reader's watch).
+func (p *myBackend) releaseReference() {
+	if p.held != nil {
+		p.held.Close()
+		p.held = nil
+	}
 }
 
 func newMyBackend(e *env, srv *myServer) *myBackend {
@@ -286,7 +299,10 @@ func (p *myBackend) load(ctx context.Context, rows, perTx int) (int, error) {
 }
 
 func (p *myBackend) RunReference(ctx context.Context, b *Backlog, _, i int) (time.Duration, error) {
-	return runBareBinlogReader(ctx, p.srv, b.serverIDs[i], string(b.start), b.Rows, p.e.o.Log)
+	p.releaseReference()
+	d, syncer, err := runBareBinlogReader(ctx, p.srv, b.serverIDs[i], string(b.start), b.Rows, p.e.o.Log)
+	p.held = syncer
+	return d, err
 }
 
 // runBareBinlogReader reads the binlog from the GTID position start with a bare go-mysql
@@ -296,18 +312,19 @@ func (p *myBackend) RunReference(ctx context.Context, b *Backlog, _, i int) (tim
 // wire: annotate rows events, no per-packet read deadline, no GTID set tracking) and go-mysql's
 // default row decoding: every WRITE_ROWS event is decoded into Go values, as outboxd needs
 // them decoded (outboxd decodes only the outbox table's inserts; here there is nothing else).
-func runBareBinlogReader(ctx context.Context, srv *myServer, serverID uint32, start string, rows int, log *slog.Logger) (time.Duration, error) {
+// After a drain the syncer is returned open (the caller closes it); after an error it is closed.
+func runBareBinlogReader(ctx context.Context, srv *myServer, serverID uint32, start string, rows int, log *slog.Logger) (_ time.Duration, open *replication.BinlogSyncer, err error) {
 	set, err := gomysql.ParseMariadbGTIDSet(start)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	host, portText, err := net.SplitHostPort(srv.addr)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	port, err := strconv.ParseUint(portText, 10, 16)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	t0 := time.Now()
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
@@ -318,10 +335,15 @@ func runBareBinlogReader(ctx context.Context, srv *myServer, serverID uint32, st
 		EventCacheCount: 1024, FillZeroLogPos: true,
 		Logger: slog.New(slog.DiscardHandler),
 	})
-	defer syncer.Close()
+	defer func() {
+		if err != nil {
+			syncer.Close()
+			open = nil
+		}
+	}()
 	stream, err := syncer.StartSyncGTID(set)
 	if err != nil {
-		return 0, fmt.Errorf("bare reader: start at %s: %w", start, err)
+		return 0, nil, fmt.Errorf("bare reader: start at %s: %w", start, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
@@ -332,7 +354,7 @@ func runBareBinlogReader(ctx context.Context, srv *myServer, serverID uint32, st
 	for total < rows {
 		ev, err := stream.GetEvent(ctx)
 		if err != nil {
-			return 0, fmt.Errorf("bare reader after %d rows: %w", total, err)
+			return 0, nil, fmt.Errorf("bare reader after %d rows: %w", total, err)
 		}
 		switch e := ev.Event.(type) {
 		case *replication.RowsEvent:
@@ -341,7 +363,7 @@ func runBareBinlogReader(ctx context.Context, srv *myServer, serverID uint32, st
 			}
 			for _, r := range e.Rows {
 				if len(r) != 6 {
-					return 0, fmt.Errorf("bare reader: a row of %s has %d columns, want 6", myFull, len(r))
+					return 0, nil, fmt.Errorf("bare reader: a row of %s has %d columns, want 6", myFull, len(r))
 				}
 				switch v := r[4].(type) { // payload: touch the decoded value
 				case []byte:
@@ -361,7 +383,7 @@ func runBareBinlogReader(ctx context.Context, srv *myServer, serverID uint32, st
 	}
 	d := time.Since(t0)
 	log.Debug("bare reader done", "rows", total, "transactions", txns, "payload_bytes", payloadBytes)
-	return d, nil
+	return d, syncer, nil
 }
 
 func (p *myBackend) SourceYAML(b *Backlog, i int) string {

@@ -235,12 +235,18 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 	var batch txBatch // chunks taken from the reader; those from batch.next on wait for room in the core
 	var ended error   // a finite source's end (source.ErrEnd): the chunks it read are accepted first
 	reading, stopCh := true, ctx.Done()
-	fast := 0 // waiting's run of hits
+	fast := 0        // waiting's run of hits
+	stop := func() { // a graceful stop: no more reads; the chunks not accepted are read again
+		stopCh = nil
+		r.beginStop(reading, stopReading)
+		batch.drop()
+		reading, srcErr = false, nil
+	}
 	for {
 		rd := r.core.Ready()
 		if rd.Err != nil {
 			stopReading()
-			return nil, rd.Err
+			return nil, r.fatal(&rd)
 		}
 		if err := r.execute(saveCtx, &rd); err != nil {
 			stopReading()
@@ -259,6 +265,11 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 			if !wakeAt.IsZero() {
 				wakeT.Reset(time.Until(wakeAt))
 			}
+		}
+		if stopCh != nil && ctx.Err() != nil {
+			// Served before more work is taken: the fast path and the select's random choice
+			// among ready cases could otherwise let a backlog of chunks in ahead of the stop.
+			stop()
 		}
 		var in <-chan struct{}
 		if reading && batch.head() == nil {
@@ -285,10 +296,7 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 				errCh = nil
 				switch {
 				case ctx.Err() != nil: // the stop ended the reader
-					stopCh = nil
-					r.beginStop(reading, stopReading)
-					batch.drop()
-					reading, srcErr = false, nil
+					stop()
 				case reading && errors.Is(err, source.ErrEnd):
 					ended = err
 				case reading:
@@ -298,10 +306,7 @@ func (r *runner) stream(ctx context.Context) (srcErr error, fatal error) {
 					r.core.SourceEnded(now, now.Add(r.o.ShutdownTimeout))
 				}
 			case <-stopCh:
-				stopCh = nil
-				r.beginStop(reading, stopReading)
-				batch.drop()
-				reading, srcErr = false, nil
+				stop()
 			}
 		}
 		if err := r.acceptBatch(&batch, budget); err != nil {
@@ -419,6 +424,23 @@ func (r *runner) execute(saveCtx context.Context, rd *delivery.Ready) error {
 		r.o.Metrics.Inflight(r.core.Inflight())
 	}
 	return nil
+}
+
+// fatal executes a failed Ready: the sends and events decided before its error (the dead
+// letters before a tripped breaker), then returns the error. Run's deferred Shutdown waits for
+// those sends within the stop budget.
+func (r *runner) fatal(rd *delivery.Ready) error {
+	for i := range rd.Sends {
+		s := &rd.Sends[i]
+		if err := r.o.Producer.Produce(r.work, s.Rec, r.outcomes.doneFor(s.ID)); err != nil {
+			r.log.Warn("could not queue a record decided before the fatal error (it is sent again on restart)", "topic", s.Rec.Topic, "err", err)
+			break
+		}
+	}
+	for i := range rd.Events {
+		handleEvent(r.log, r.o.Metrics, &rd.Events[i])
+	}
+	return rd.Err
 }
 
 func (r *runner) handleOutcomes() {

@@ -231,6 +231,20 @@ func TestDLQBreakerStopsThePipeline(t *testing.T) {
 		if got := st.get(); got > "08" {
 			t.Fatalf("stored %s past the record that tripped the breaker (08)", got)
 		}
+		// The three dead letters before the trip are produced, even when the batch that
+		// tripped the breaker decided them (one Ready for several chunks); the fourth is not.
+		dlq := 0
+		p.mu.Lock()
+		queued := p.queued
+		p.mu.Unlock()
+		for _, r := range queued {
+			if r.Topic == "dlq" {
+				dlq++
+			}
+		}
+		if dlq != 3 {
+			t.Fatalf("%d dead letters produced, want the 3 before the breaker tripped", dlq)
+		}
 	})
 }
 

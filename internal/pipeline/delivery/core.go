@@ -9,7 +9,7 @@
 //
 //	for {
 //		rd := c.Ready()
-//		if rd.Err != nil { return rd.Err }          // fatal: nothing else of rd is executed
+//		if rd.Err != nil { produce(rd.Sends); log(rd.Events); return rd.Err } // fatal: no Save/Confirm
 //		for _, s := range rd.Sends { produce(s) }    // in order; each gets exactly one Outcome
 //		if rd.Save != "" { start Store.Save(rd.Save) } // ALO: asynchronous; later SaveResult
 //		if rd.Confirm != "" { Source.Confirm(rd.Confirm) }
@@ -183,9 +183,9 @@ type Send struct {
 	Alone bool
 }
 
-// Ready is what the loop must do now. Execute it in this order: Err (return it, do nothing
-// else), NewProducer, ReadBack, Abort, Begin, Sends, Flush, Commit, Save, Confirm, Events; then
-// Advance; then Reopen / Done.
+// Ready is what the loop must do now. Execute it in this order: Err (see there), NewProducer,
+// ReadBack, Abort, Begin, Sends, Flush, Commit, Save, Confirm, Events; then Advance; then
+// Reopen / Done.
 type Ready struct {
 	// EOS producer steps. A Ready carries at most one step whose result gates the next
 	// (NewProducer, ReadBack, Abort, Begin, Flush, Commit); its result is reported after
@@ -216,8 +216,9 @@ type Ready struct {
 	// Done: the session is complete (after Stop: the stop; after SourceEnded: the drain), and
 	// everything resolved is stored and confirmed. The loop returns.
 	Done bool
-	// Err is fatal: the loop returns it at once (nothing else of this Ready is executed). It
-	// stays set: every later Ready returns it again.
+	// Err is fatal: the loop returns it at once. ALO: first it produces the Sends and reports
+	// the Events (only those decided before the error); EOS: nothing else of this Ready is
+	// executed. It stays set: every later Ready returns it again.
 	Err error
 	// CrashPoint (EOS, tests): the test crash point this Ready passes ("mid_batch",
 	// "before_commit", "after_commit"; "" none). The loop calls its crash hook with it first.
@@ -263,6 +264,9 @@ type Core struct {
 	cfg Config
 	rd  Ready // being built; handed out by Ready, reset by Advance
 	err error // sticky fatal error
+	// errSends, errEvents: how many of rd's Sends and Events were decided before err (ALO: the
+	// loop still produces and reports those; what came after err is not).
+	errSends, errEvents int
 
 	alo *alo
 	eos *eosCore
@@ -286,6 +290,7 @@ func New(cfg Config, stored source.Position) *Core {
 func (c *Core) fail(err error) {
 	if c.err == nil {
 		c.err = err
+		c.errSends, c.errEvents = len(c.rd.Sends), len(c.rd.Events)
 	}
 }
 
@@ -451,7 +456,12 @@ func (c *Core) SourceEnded(now, deadline time.Time) {
 // until Advance.
 func (c *Core) Ready() Ready {
 	if c.err != nil {
-		return Ready{Err: c.err}
+		if c.eos != nil {
+			return Ready{Err: c.err}
+		}
+		// ALO: the sends decided before the error (say the dead letters before the row that
+		// tripped the breaker) go out, as with a Ready per row. Nothing is saved or confirmed.
+		return Ready{Err: c.err, Sends: c.rd.Sends[:c.errSends], Events: c.rd.Events[:c.errEvents]}
 	}
 	if c.eos != nil {
 		c.rd.WakeAt = c.eos.wakeAt()
@@ -469,32 +479,4 @@ func (c *Core) Advance() {
 	}
 	clear(c.rd.Sends) // the reused array must not keep the sent records (and their chunks) alive
 	c.rd = Ready{Sends: c.rd.Sends[:0], Events: c.rd.Events[:0]}
-}
-
-// Stored is the durably stored position (ALO: saved; EOS: committed in offsets.topic): where a
-// reopened source starts.
-func (c *Core) Stored() source.Position {
-	if c.eos != nil {
-		return c.eos.storedPos()
-	}
-	return c.alo.stored
-}
-
-// Inflight is the number of unresolved records (for the Inflight metric and the stall watch).
-func (c *Core) Inflight() int {
-	if c.eos != nil {
-		return c.eos.inflight()
-	}
-	return c.alo.tracker.Records()
-}
-
-// Check verifies the core's invariants and returns the first one broken (tests call it after
-// every step; it is not cheap): the stored position never covers an unresolved record; the
-// confirmed position never passes the stored one; at most one save is in flight, with
-// non-decreasing positions; the in-flight accounting matches the records.
-func (c *Core) Check() error {
-	if c.eos != nil {
-		return c.eos.check()
-	}
-	return c.alo.check()
 }

@@ -73,15 +73,15 @@ func (a *alo) deadLetter(now time.Time, f *flight, stage, reason string, cause e
 		a.halt(now, f, stage, reason, cause)
 		return
 	}
-	id := a.c.eventID(f.row, &f.rec)
-	a.c.rd.Events = append(a.c.rd.Events, Event{Kind: EventDeadLetter, Reason: reason, Stage: stage, Msg: cause.Error(),
-		Topic: f.rec.Topic, Table: f.row.Table, Position: f.where.Position, After: f.where.After, RowID: id})
 	if b := &a.c.cfg.Breaker; b.Record(true) {
 		a.c.fail(fmt.Errorf("kafka.dlq_max_rate exceeded: %d of the last %d records were dead-lettered (latest: %s: %v); stopping before storing past position %s — "+
 			"this looks like a misconfiguration (outbox.columns, outbox.topic, topic ACLs); fix it and restart, or raise kafka.dlq_max_rate",
 			b.Count(), b.Window, reason, cause, f.where.bound()))
-		return
+		return // not dead-lettered: no EventDeadLetter for it
 	}
+	id := a.c.eventID(f.row, &f.rec)
+	a.c.rd.Events = append(a.c.rd.Events, Event{Kind: EventDeadLetter, Reason: reason, Stage: stage, Msg: cause.Error(),
+		Topic: f.rec.Topic, Table: f.row.Table, Position: f.where.Position, After: f.where.After, RowID: id})
 	f.rec = a.c.cfg.DeadLetter(f.rec, f.row, stage, reason, cause.Error(), f.where, now)
 	f.state = flightDLQ
 	a.send(f)
