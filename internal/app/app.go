@@ -60,7 +60,7 @@ func offsetStore(c *config.Config, sourceName string) (offsets.Store, error) {
 	case "file":
 		return &offsets.FileStore{Path: c.Offsets.Path, Source: sourceName}, nil
 	case "kafka":
-		return &kafka.OffsetStore{Kafka: KafkaConfig(c), Topic: c.Offsets.Topic, Key: pipelineID(c, sourceName), Source: sourceName}, nil
+		return &kafka.OffsetStore{Kafka: KafkaConfig(c), Topic: c.Offsets.Topic, Key: pipelineID(c, sourceName), Source: sourceName, Log: slog.Default()}, nil
 	default:
 		return nil, &config.Error{Key: "offsets.store", Msg: fmt.Sprintf("%q is not available in this version (use file)", c.Offsets.Store)}
 	}

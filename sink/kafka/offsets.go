@@ -233,15 +233,22 @@ func (s *OffsetStore) read(ctx context.Context, a *Admin, part int32) (doc kafka
 	return doc, found, err
 }
 
-// saveTimeout bounds one Save: the pipeline calls Save with a context that never ends while it
-// drains on shutdown, and a Kafka that went away must not hang that forever.
+// saveTimeout bounds a Save whose context never ends (the pipeline's final save on shutdown,
+// which must not hang on a Kafka that went away). A Save whose context can end (the running
+// pipeline's: a stop cancels it) waits for Kafka as long as that context lasts, as the outbox
+// records do — the offsets topic's leader moving or a broker outage is transient, not fatal —
+// and warns every saveTimeout it waits.
 const saveTimeout = 30 * time.Second
 
 // Save produces p with the idempotent producer and returns once Kafka acked it (acks=all).
-// Transient failures are retried until ctx ends, for at most 30 s.
+// Transient failures are retried until ctx ends; with a context that cannot end, for at most
+// 30 s.
 func (s *OffsetStore) Save(ctx context.Context, p source.Position) error {
-	ctx, cancel := context.WithTimeout(ctx, saveTimeout)
-	defer cancel()
+	if ctx.Done() == nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, saveTimeout)
+		defer cancel()
+	}
 	if _, err := s.EnsureTopic(ctx); err != nil {
 		return err
 	}
@@ -261,14 +268,22 @@ func (s *OffsetStore) Save(ctx context.Context, p source.Position) error {
 	if err := prod.Produce(ctx, &rec, func(err error) { done <- err }); err != nil {
 		return fmt.Errorf("offsets.topic %s: store position %s: %w", s.Topic, p, err)
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("offsets.topic %s: store position %s: %w", s.Topic, p, err)
+	slow := time.NewTicker(saveTimeout)
+	defer slow.Stop()
+	start := time.Now()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("offsets.topic %s: store position %s: %w", s.Topic, p, err)
+			}
+			return nil
+		case <-slow.C:
+			s.log().Warn("storing the position in offsets.topic waits for Kafka (retrying until it acks; records keep flowing, the stored position lags)",
+				"topic", s.Topic, "position", string(p), "waited", time.Since(start).Round(time.Second))
+		case <-ctx.Done():
+			return fmt.Errorf("offsets.topic %s: store position %s: %w", s.Topic, p, ctx.Err())
 		}
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 
