@@ -27,13 +27,36 @@ import (
 // transactions at a steady LatencyRate for LatencyDuration; a read_committed consumer takes
 // each record's commit-side timestamp from its payload ("ts", clock_timestamp() inside the
 // transaction) and the time it was consumed. It also reads outboxd's own commit→ack histogram.
+//
+// It runs twice: outboxd in the bench process (sharing its Go scheduler with the writers, the
+// consumer and the embedded broker), then outboxd as its own process (`outboxd run`, as it is
+// deployed), each reported under its own name.
 func latencyPG(ctx context.Context, e *env) ([]Result, error) {
+	in, err := latencyPGRun(ctx, e, false)
+	if err != nil {
+		return nil, fmt.Errorf("in-process run: %w", err)
+	}
+	own, err := latencyPGRun(ctx, e, true)
+	if err != nil {
+		return in, fmt.Errorf("own-process run: %w", err)
+	}
+	return append(in, own...), nil
+}
+
+// latencyPGRun is one latency run: outboxd in the bench process, or (ownProcess) as a child
+// process of the bench's outboxd binary.
+func latencyPGRun(ctx context.Context, e *env, ownProcess bool) ([]Result, error) {
 	o := e.o
 	const scenario = "latency-pg"
 	if err := e.pg.ensureSchema(ctx); err != nil {
 		return nil, err
 	}
 	tag := e.runID + "_lat"
+	where := "outboxd in the bench process"
+	if ownProcess {
+		tag += "own"
+		where = "outboxd as its own process"
+	}
 	slot := slotName(tag, 0)
 	defer func() { pgDropSlots(ctx, e.pgDSN, slot); pgTruncate(ctx, e.pgDSN) }()
 	if err := pgExec(ctx, e.pgDSN, fmt.Sprintf(`SELECT pg_create_logical_replication_slot('%s', 'pgoutput')`, slot)); err != nil {
@@ -104,11 +127,25 @@ func latencyPG(ctx context.Context, e *env) ([]Result, error) {
 			return false, nil
 		}
 	}
+	var bin string
+	if ownProcess {
+		if bin, err = e.outboxdBin(ctx); err != nil {
+			return nil, err
+		}
+	}
 	obCtx, stopOB := context.WithCancel(ctx)
 	obErr, obExited := make(chan error, 1), make(chan struct{})
 	go func() {
 		defer close(obExited)
-		_, err := runOutboxdInProcess(obCtx, e, cfg, allConsumed, profiles{})
+		if !ownProcess {
+			_, err := runOutboxdInProcess(obCtx, e, cfg, allConsumed, profiles{})
+			obErr <- err
+			return
+		}
+		r, err := runOutboxdProc(obCtx, bin, cfg, allConsumed, procOpts{env: e.o.OutboxdEnv, poll: 50 * time.Millisecond, sample: time.Second})
+		if err == nil && !r.drained && obCtx.Err() == nil {
+			err = fmt.Errorf("outboxd exited (%s) before every record was consumed: %s", r.exit, r.logTail)
+		}
 		obErr <- err
 	}()
 	defer func() { stopOB(); <-obExited }()
@@ -145,6 +182,7 @@ func latencyPG(ctx context.Context, e *env) ([]Result, error) {
 	// does not push the schedule back).
 	const writers = 4
 	start := time.Now().Add(20 * time.Millisecond)
+	psi0, psiOK := cpuPressureSome()
 	total := int(float64(o.LatencyRate) * o.LatencyDuration.Seconds())
 	interval := time.Second / time.Duration(o.LatencyRate)
 	var jobs []func(context.Context) error
@@ -169,6 +207,8 @@ func latencyPG(ctx context.Context, e *env) ([]Result, error) {
 	}
 	werr := parallel(ctx, jobs...)
 	writeTime := time.Since(start)
+	psi1, psi1OK := cpuPressureSome()
+	psiOK = psiOK && psi1OK
 	close(writersDone)
 	if werr != nil {
 		return nil, fmt.Errorf("writers: %w", werr)
@@ -191,17 +231,28 @@ func latencyPG(ctx context.Context, e *env) ([]Result, error) {
 	}
 	q := func(p float64) float64 { return ms(ls[min(len(ls)-1, int(math.Ceil(p*float64(len(ls))))-1)]) }
 	rate := float64(total) / writeTime.Seconds()
-	res := []Result{{Scenario: scenario, Name: "commit → consumed p99 (read_committed consumer)", Value: q(0.99), Unit: "ms",
-		Detail: fmt.Sprintf("p50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms over %d records; %d single-row inserts at %.0f/s for %s (target %d/s); ts = clock_timestamp() in the transaction (target p99 ≤ 25 ms)",
-			q(0.5), q(0.95), q(0.99), ms(ls[len(ls)-1]), len(ls), total, rate, writeTime.Round(time.Millisecond), o.LatencyRate),
+	suffix := ""
+	if ownProcess {
+		suffix = "; own process"
+	}
+	res := []Result{{Scenario: scenario, Name: "commit → consumed p99 (read_committed consumer" + suffix + ")", Value: q(0.99), Unit: "ms",
+		Detail: fmt.Sprintf("p50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms over %d records; %d single-row inserts at %.0f/s for %s (target %d/s); ts = clock_timestamp() in the transaction; %s (target p99 ≤ 25 ms)",
+			q(0.5), q(0.95), q(0.99), ms(ls[len(ls)-1]), len(ls), total, rate, writeTime.Round(time.Millisecond), o.LatencyRate, where),
 		Extra: map[string]float64{"p50_ms": q(0.5), "p95_ms": q(0.95), "p99_ms": q(0.99), "max_ms": ms(ls[len(ls)-1]), "rate": rate}}}
 	if a := ack; a != nil {
-		res = append(res, Result{Scenario: scenario, Name: "commit → Kafka ack p99 (outboxd_commit_to_ack_seconds)", Value: a.quantile(0.99) * 1000, Unit: "ms",
+		res = append(res, Result{Scenario: scenario, Name: "commit → Kafka ack p99 (outboxd_commit_to_ack_seconds" + suffix + ")", Value: a.quantile(0.99) * 1000, Unit: "ms",
 			Detail: fmt.Sprintf("p50 ≈ %.1f ms, p95 ≈ %.1f ms, p99 ≈ %.1f ms (interpolated in histogram buckets), %d observations; commit time = pgoutput commit timestamp",
 				a.quantile(0.5)*1000, a.quantile(0.95)*1000, a.quantile(0.99)*1000, int(a.count))})
 	}
 	if ackErr != nil {
-		res = append(res, Result{Scenario: scenario, Name: "commit → Kafka ack (outboxd_commit_to_ack_seconds)", Error: ackErr.Error()})
+		res = append(res, Result{Scenario: scenario, Name: "commit → Kafka ack (outboxd_commit_to_ack_seconds" + suffix + ")", Error: ackErr.Error()})
+	}
+	if psiOK && writeTime > 0 {
+		// The machine's CPU contention while the writers ran: the share of wall time in which
+		// some runnable task (PostgreSQL, the broker, outboxd, anything else) waited for a CPU.
+		f := float64(psi1-psi0) / float64(writeTime)
+		res[0].Detail += fmt.Sprintf("; CPU pressure (some task waiting for a CPU) %.0f%% of the run", 100*f)
+		res[0].Extra["cpu_pressure_some"] = f
 	}
 	if n := badValues.Load(); n > 0 {
 		res[0].Detail += fmt.Sprintf("; %d records without a ts", n)

@@ -148,6 +148,7 @@ type procOpts struct {
 	rssCapKiB float64       // > 0: SIGKILL the process once its VmRSS passes this (protects a shared machine)
 	gctrace   bool          // run it with GODEBUG=gctrace=1 and keep the Go heap figures of its GC cycles
 	env       []string      // extra KEY=VALUE environment (e.g. GOMEMLIMIT=48MiB)
+	sample    time.Duration // between memory samples (default 2ms; the latency run samples rarely so as not to disturb it)
 }
 
 // runOutboxdProcess starts `bin run -c <cfg>`, samples its memory until the stored position
@@ -238,7 +239,10 @@ func runOutboxdProc(ctx context.Context, bin, cfgText string, done func(source.P
 		}
 	}()
 
-	tick := time.NewTicker(2 * time.Millisecond)
+	if po.sample <= 0 {
+		po.sample = 2 * time.Millisecond
+	}
+	tick := time.NewTicker(po.sample)
 	defer tick.Stop()
 	deadline := time.After(po.timeout)
 	for {
