@@ -8,7 +8,8 @@ package bench
 // it waits until each outboxd stored a position past the last row and, for the one with
 // cleanup, 25 s more (two cleanup cycles of the default 10 s interval), then stops them and
 // reads pg_total_relation_size, count(*) and n_dead_tup of each table. During the load it
-// samples count(*) every 10 s (the table "stays bounded": the highest sample is reported).
+// samples count(*) every 10 s, or every half of a shorter load (the table "stays bounded": the
+// highest sample is reported).
 
 import (
 	"context"
@@ -129,8 +130,8 @@ func cleanupPG(ctx context.Context, e *env) ([]Result, error) {
 		}
 		res = append(res, Result{Scenario: cleanupScenario, Name: "outbox table after " + dur.String() + ", cleanup " + s.name,
 			Value: float64(size) / (1 << 20), Unit: "MiB",
-			Detail: fmt.Sprintf("pg_total_relation_size; %d rows (count(*)), %d dead tuples; %d rows inserted at up to %d/s (single-row transactions); highest count(*) sampled every 10 s during the load: %d; the scenario's own private PostgreSQL (autovacuum on, fsync off), not the one in the Machine line",
-				rows, dead, s.inserts.Load()+1, rate, s.maxRows),
+			Detail: fmt.Sprintf("pg_total_relation_size; %d rows (count(*)), %d dead tuples; %d rows inserted at up to %d/s (single-row transactions); highest count(*) sampled every %s during the load: %d; the scenario's own private PostgreSQL (autovacuum on, fsync off), not the one in the Machine line",
+				rows, dead, s.inserts.Load()+1, rate, cleanupSampleEvery(dur), s.maxRows),
 			Extra: map[string]float64{"bytes": float64(size), "rows": float64(rows), "dead_tuples": float64(dead),
 				"inserted": float64(s.inserts.Load() + 1), "max_rows_sampled": float64(s.maxRows)}})
 	}
@@ -138,9 +139,14 @@ func cleanupPG(ctx context.Context, e *env) ([]Result, error) {
 }
 
 // cleanupLoad inserts rate rows/s (single-row transactions, in ticks of 100 ms) into every
-// side's table for dur, sampling each table's count(*) every 10 s.
+// side's table for dur, sampling each table's count(*) every cleanupSampleEvery(dur).
+//
+// The load's end (stop, after dur) only stops the loops; each statement runs under ctx, so one
+// in flight at the end completes. Running statements under the deadline's context raced it: a
+// dial cut by the deadline can return "i/o timeout" before the context reports itself done, and
+// the end of the load then read as a failed insert (CI, 16d4f64).
 func cleanupLoad(ctx context.Context, sides []*cleanupSide, rate int, dur time.Duration, o *Options) error {
-	ctx, cancel := context.WithTimeout(ctx, dur)
+	stop, cancel := context.WithTimeout(ctx, dur)
 	defer cancel()
 	errs := make(chan error, 2*len(sides))
 	var wg sync.WaitGroup
@@ -153,7 +159,7 @@ func cleanupLoad(ctx context.Context, sides []*cleanupSide, rate int, dur time.D
 			per := max(rate/10, 1)
 			for i := 1; ; i += per {
 				select {
-				case <-ctx.Done():
+				case <-stop.Done():
 					return
 				case <-t.C:
 				}
@@ -168,17 +174,18 @@ func cleanupLoad(ctx context.Context, sides []*cleanupSide, rate int, dur time.D
 		}()
 		go func() { // the samples
 			defer wg.Done()
-			t := time.NewTicker(10 * time.Second)
+			t := time.NewTicker(cleanupSampleEvery(dur))
 			defer t.Stop()
 			for {
 				select {
-				case <-ctx.Done():
+				case <-stop.Done():
 					return
 				case <-t.C:
 				}
 				v, err := pgQueryString(ctx, s.dsn, "SELECT count(*)::text FROM "+pgTable)
 				if err != nil {
-					continue // the load's end cancelled it
+					o.Log.Warn("cleanup-pg sample failed", "cleanup", s.name, "err", err)
+					continue
 				}
 				var n int64
 				fmt.Sscan(v, &n)
@@ -202,4 +209,10 @@ func cleanupTableFigures(ctx context.Context, dsn string) (size, rows, dead int6
 	}
 	_, err = fmt.Sscan(v, &size, &rows, &dead)
 	return size, rows, dead, err
+}
+
+// cleanupSampleEvery is the count(*) sampling interval: 10 s, or half a shorter load (a 10 s
+// load's only 10 s tick would land on its end).
+func cleanupSampleEvery(dur time.Duration) time.Duration {
+	return min(10*time.Second, dur/2)
 }
