@@ -207,8 +207,11 @@ func (p *pgBackend) watchServerReader(ctx context.Context, b *Backlog, i int) *c
 			return cpuTarget{}, false, nil // not active (yet, or any more)
 		}
 		cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", *pid))
-		if err != nil {
-			return cpuTarget{}, false, nil // exited since the query
+		if err != nil || len(cmd) == 0 {
+			// Exited since the query: gone, or a zombie not yet reaped by the postmaster,
+			// whose cmdline reads empty (CI, f18a938: a drain ending between the query and
+			// the read).
+			return cpuTarget{}, false, nil
 		}
 		if !strings.Contains(string(cmd), "walsender") {
 			return cpuTarget{}, false, fmt.Errorf("slot %s's active_pid %d is not a walsender here (%.60q)", slot, *pid, cmd)
