@@ -78,6 +78,7 @@ type alo struct {
 
 func newALO(c *Core, stored source.Position) *alo {
 	a := &alo{c: c, tracker: offsets.NewTracker(c.cfg.MaxInflight, c.cfg.MaxTxs)}
+	a.blocks.maxFree = freeBlocksFor(c.cfg.MaxInflight)
 	a.ledger.init(c, stored)
 	return a
 }

@@ -101,3 +101,37 @@ func TestFlightBlocksExactFill(t *testing.T) {
 		seen[f] = true
 	}
 }
+
+// A whole window resolved in one burst (the loop took every ack at once) and refilled: the
+// refill reuses the window's blocks and allocates none. With a free list of only 8 blocks it
+// allocated every block past the eighth again, each burst.
+func TestFlightBlocksBurstRefillAllocatesNone(t *testing.T) {
+	const window = 4096 // the default kafka.max_inflight
+	b := flightBlocks{maxFree: freeBlocksFor(window)}
+	fs := make([]*flight, 0, window)
+	cycle := func() {
+		fs = fs[:0]
+		for range window {
+			f := &b.flights(1)[0]
+			f.state = flightDLQ
+			fs = append(fs, f)
+		}
+		for _, f := range fs { // every ack of the window at once, in order
+			f.state = flightDone
+			b.resolved(f)
+		}
+	}
+	cycle() // the window's blocks, allocated once
+	if n := testing.AllocsPerRun(20, cycle); n != 0 {
+		t.Fatalf("a burst refill of %d flights allocated %.0f blocks (free list kept %d, at most %d)", window, n, len(b.free), b.maxFree)
+	}
+}
+
+// The free list is sized to the window, within its bounds.
+func TestFreeBlocksFor(t *testing.T) {
+	for _, c := range []struct{ inflight, want int }{{1, minFreeBlocks}, {4096, 4096/flightBlock + 2}, {1 << 20, maxFreeBlocks}} {
+		if got := freeBlocksFor(c.inflight); got != c.want {
+			t.Errorf("freeBlocksFor(%d) = %d, want %d", c.inflight, got, c.want)
+		}
+	}
+}
