@@ -195,6 +195,7 @@ func runExactlyOnce(ctx context.Context, c *config.Config, ad adapter, log *slog
 		return err
 	}
 	defer cl.close()
+	var last *kafka.TxnProducer // the runner calls NewProducer from its loop goroutine only
 	err = pipeline.RunExactlyOnce(ctx, pipeline.EOSOptions{
 		OnAccept: cl.accepted, OnCommit: cl.committed, StopOnPermanent: c.Kafka.OnPermanentError == "stop", IDColumn: c.Outbox.Columns.ID,
 		NewSource: func() source.Source {
@@ -203,10 +204,17 @@ func runExactlyOnce(ctx context.Context, c *config.Config, ad adapter, log *slog
 			return s
 		},
 		NewProducer: func() (pipeline.TxnProducer, error) {
-			p, err := kafka.NewTxn(KafkaConfig(c), kafka.TxnOptions{ID: txnID, Timeout: c.Kafka.TransactionTimeout}, log)
+			o := kafka.TxnOptions{ID: txnID, Timeout: c.Kafka.TransactionTimeout}
+			if last != nil { // a replacement: it must not fence an instance that took the id over
+				if e, ok := last.Epoch(); ok {
+					o.Succeeds = &e
+				}
+			}
+			p, err := kafka.NewTxn(KafkaConfig(c), o, log)
 			if err != nil {
 				return nil, err // not a typed nil
 			}
+			last = p
 			return p, nil
 		},
 		Route: router.Route, Classify: kafka.Classify, Fatal: kafka.TxnFatal, Fenced: kafka.IsFenced, Store: store,

@@ -48,6 +48,11 @@ type TxnOptions struct {
 	// transaction open longer is aborted by the broker, which then fences this producer.
 	// Default DefaultTxnTimeout.
 	Timeout time.Duration
+	// Succeeds, when set, is the epoch of this instance's previous producer (its Epoch): the
+	// new one initialises the id only if the coordinator still holds exactly that, and else
+	// NewTxn fails with an error wrapping sarama.ErrProducerFenced (IsFenced), because another
+	// producer initialised the id since and a new initialisation would fence it (txnowner.go).
+	Succeeds *TxnEpoch
 }
 
 // TxnProducer produces records inside Kafka transactions. Begin, Produce, Flush, Commit and
@@ -62,6 +67,8 @@ type TxnProducer struct {
 	ap     sarama.AsyncProducer
 
 	mu          sync.Mutex
+	epoch       TxnEpoch // guarded by mu; see Epoch
+	epochKnown  bool
 	outstanding int
 	idle        chan struct{} // closed while outstanding == 0
 	closed      bool
@@ -125,6 +132,11 @@ func NewTxn(cfg Config, o TxnOptions, log *slog.Logger) (*TxnProducer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.Succeeds != nil {
+		if err := cfg.checkStillHeld(o.ID, *o.Succeeds); err != nil {
+			return nil, err
+		}
+	}
 	client, ap, err := startSarama(cfg.Brokers, sc, ctl, "transactional producer",
 		fmt.Sprintf("cannot initialise transactional id %q (kafka.transactional_id; "+
 			"is Kafka reachable, and may this client write with that transactional id?)", o.ID))
@@ -135,6 +147,7 @@ func NewTxn(cfg Config, o TxnOptions, log *slog.Logger) (*TxnProducer, error) {
 		idle: make(chan struct{}), resultDone: make(chan struct{})}
 	close(p.idle)
 	go p.results()
+	p.learnEpoch("initialisation")
 	return p, nil
 }
 
@@ -270,8 +283,12 @@ func (p *TxnProducer) Flush(ctx context.Context) error {
 // that must know re-initialises the transactional id (NewTxn), which settles the transaction
 // either way, and then looks at what was committed.
 func (p *TxnProducer) Commit() error {
+	bump := p.bumpDue()
 	if err := p.ap.CommitTxn(); err != nil {
 		return fmt.Errorf("kafka: commit transaction (transactional id %q): %w", p.id, err)
+	}
+	if bump {
+		p.learnEpoch("commit after an abortable error")
 	}
 	return nil
 }
@@ -279,10 +296,20 @@ func (p *TxnProducer) Commit() error {
 // Abort aborts the open transaction; nothing produced in it becomes visible to read_committed
 // consumers. After an error the producer is unusable: Close it and create a new one.
 func (p *TxnProducer) Abort() error {
+	bump := p.bumpDue()
 	if err := p.ap.AbortTxn(); err != nil {
 		return fmt.Errorf("kafka: abort transaction (transactional id %q): %w", p.id, err)
 	}
+	if bump {
+		p.learnEpoch("abort after an abortable error")
+	}
 	return nil
+}
+
+// bumpDue reports whether ending the current transaction may make sarama bump the producer
+// epoch (it does after an abortable error, KIP-360), so that Epoch must be learnt again.
+func (p *TxnProducer) bumpDue() bool {
+	return p.ap.TxnStatus()&(sarama.ProducerTxnFlagAbortableError|sarama.ProducerTxnFlagInitializing) != 0
 }
 
 // Usable reports whether the producer can begin a transaction (sarama's transaction state is
