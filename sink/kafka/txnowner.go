@@ -33,7 +33,9 @@ type TxnEpoch struct {
 	Epoch      int16
 }
 
-func (e TxnEpoch) String() string { return fmt.Sprintf("producer id %d epoch %d", e.ProducerID, e.Epoch) }
+func (e TxnEpoch) String() string {
+	return fmt.Sprintf("producer id %d epoch %d", e.ProducerID, e.Epoch)
+}
 
 // errTxnIDNotFound is TRANSACTIONAL_ID_NOT_FOUND (105): the coordinator holds no state for the id.
 const errTxnIDNotFound = sarama.KError(105)
