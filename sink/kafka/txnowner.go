@@ -19,12 +19,14 @@ import (
 // (TxnOptions.Succeeds) first checks that the coordinator still holds exactly those.
 //
 // The epoch is stable over a producer's life with the transaction protocol sarama speaks
-// (EndTxn ≤ v3, KIP-98 transactions: the epoch changes only on InitProducerId). sarama bumps it
-// itself (InitProducerId with the current id and epoch, KIP-360) when a transaction ends after an
-// abortable error; TxnProducer then describes again (refreshEpoch). Left open: an
-// initialisation by another instance between the check and the replacement's own InitProducerId
-// (milliseconds), and a bump whose response was lost (the replacement then stops as fenced,
-// loudly; a restart resumes from the committed position).
+// (EndTxn ≤ v3, KIP-98 transactions): it changes on InitProducerId and when the coordinator
+// aborts a transaction after its timeout (accepted: timedOut). sarama bumps it itself
+// (InitProducerId with the current id and epoch, KIP-360) when a transaction ends after an
+// abortable error; TxnProducer then describes again (learnEpoch). Left open: another instance's
+// initialisation between the check and the replacement's own InitProducerId (milliseconds) or
+// seen while its fencing abort is still under way (the check passes as for a timeout), and a
+// bump whose response was lost (the replacement then stops as fenced, loudly; a restart resumes
+// from the committed position).
 
 // TxnEpoch is one initialisation of a transactional id: the producer id and epoch its
 // coordinator handed out.
@@ -101,11 +103,26 @@ func (c Config) checkStillHeld(id string, prev TxnEpoch) error {
 	if err != nil {
 		return fmt.Errorf("kafka: before initialising transactional id %q again, cannot check that no other producer took it over: %w", id, err)
 	}
-	if !found || cur == prev {
+	if !found || cur == prev || timedOut(prev, cur, state) {
 		return nil
 	}
 	return fmt.Errorf("kafka: transactional id %q (kafka.transactional_id) is held by %s (state %s), no longer by this instance's %s: "+
 		"another producer initialised it since, and initialising it again would fence that one: %w", id, cur, state, prev, sarama.ErrProducerFenced)
+}
+
+// timedOut reports whether cur is what the coordinator leaves when it aborts prev's open
+// transaction itself (transaction.timeout.ms: the abort bumps the epoch once, KIP-360) and no
+// producer initialised the id since: an InitProducerId leaves the state Empty or, with a
+// transaction open, bumps the epoch twice (the fencing abort, then its own).
+func timedOut(prev, cur TxnEpoch, state string) bool {
+	if cur.ProducerID != prev.ProducerID || cur.Epoch != prev.Epoch+1 {
+		return false
+	}
+	switch state {
+	case "PrepareEpochFence", "PrepareAbort", "CompleteAbort":
+		return true
+	}
+	return false
 }
 
 // Epoch is the producer id and epoch the coordinator holds for this producer; ok is false when

@@ -136,3 +136,28 @@ func TestTxnEpochFollowsBumps(t *testing.T) {
 		t.Fatalf("replacement after sarama's own epoch bump refused: %v", err)
 	}
 }
+
+// The shapes the coordinator leaves: only its own timeout abort (one bump, an abort state) lets a
+// replacement initialise; another producer's initialisation does not.
+func TestTimedOut(t *testing.T) {
+	prev := TxnEpoch{ProducerID: 7, Epoch: 3}
+	for _, c := range []struct {
+		cur   TxnEpoch
+		state string
+		want  bool
+	}{
+		{TxnEpoch{7, 4}, "CompleteAbort", true},
+		{TxnEpoch{7, 4}, "PrepareAbort", true},
+		{TxnEpoch{7, 4}, "PrepareEpochFence", true},
+		{TxnEpoch{7, 4}, "Empty", false},         // another InitProducerId, nothing was open
+		{TxnEpoch{7, 5}, "Empty", false},         // another InitProducerId that fenced an open transaction
+		{TxnEpoch{7, 5}, "CompleteAbort", false}, // ... which then aborted its own
+		{TxnEpoch{7, 4}, "Ongoing", false},
+		{TxnEpoch{8, 4}, "CompleteAbort", false}, // a new producer id
+		{TxnEpoch{7, 3}, "CompleteAbort", false}, // unchanged is handled before timedOut
+	} {
+		if got := timedOut(prev, c.cur, c.state); got != c.want {
+			t.Errorf("timedOut(%s, %s, %s) = %v, want %v", prev, c.cur, c.state, got, c.want)
+		}
+	}
+}
