@@ -56,18 +56,22 @@ func (c Config) describeTxn(id string) (cur TxnEpoch, state string, found bool, 
 		return TxnEpoch{}, "", false, fmt.Errorf("kafka.brokers %v: %w", c.Brokers, err)
 	}
 	defer client.Close()
-	for attempt := 0; ; attempt++ {
+	for attempt := 1; ; attempt++ {
 		cur, state, found, err = describeOnce(client, id)
-		var ke sarama.KError
-		if err == nil || attempt == 2 || !errors.As(err, &ke) ||
-			(ke != sarama.ErrNotCoordinatorForConsumer && ke != sarama.ErrConsumerCoordinatorNotAvailable && ke != sarama.ErrOffsetsLoadInProgress) {
-			if err != nil {
-				err = fmt.Errorf("kafka: DescribeTransactions of transactional id %q: %w", id, err)
-			}
-			return cur, state, found, err
+		if err == nil {
+			return cur, state, found, nil
+		}
+		if attempt == 3 || !coordinatorMoving(err) {
+			return TxnEpoch{}, "", false, fmt.Errorf("kafka: DescribeTransactions of transactional id %q: %w", id, err)
 		}
 		_ = client.RefreshTransactionCoordinator(id)
 	}
+}
+
+// coordinatorMoving reports errors that mean "ask the coordinator again, after a refresh".
+func coordinatorMoving(err error) bool {
+	return errors.Is(err, sarama.ErrNotCoordinatorForConsumer) || errors.Is(err, sarama.ErrConsumerCoordinatorNotAvailable) ||
+		errors.Is(err, sarama.ErrOffsetsLoadInProgress)
 }
 
 func describeOnce(client sarama.Client, id string) (TxnEpoch, string, bool, error) {
