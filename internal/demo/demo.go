@@ -6,6 +6,7 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -80,24 +81,34 @@ http:
 	}
 	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))
 
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	runErr := make(chan error, 1)
-	go func() { runErr <- app.Run(ctx, cfg, log) }()
+	// outboxd's return ends the consumer loop too (cancel), so the verdict below never depends on
+	// which of the two noticed a stop first.
+	var runErr error
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		defer cancel()
+		runErr = app.Run(ctx, cfg, log)
+	}()
 
 	go writer(ctx, pg.DSN("app"), o.Interval, out)
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(broker.Addr()), kgo.ConsumeRegex(), kgo.ConsumeTopics(`outbox\.event\..*`),
 		kgo.MetadataMinAge(250*time.Millisecond), kgo.MetadataMaxAge(time.Second), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
+		cancel()
+		<-stopped
 		return err
 	}
 	defer cl.Close()
 	fmt.Fprintln(out, "events as they arrive in Kafka (Ctrl-C to stop):")
 	shown := 0
-	for ctx.Err() == nil {
+	enough := false
+	for ctx.Err() == nil && !enough {
 		fetches := cl.PollFetches(ctx)
-		var done bool
 		fetches.EachRecord(func(r *kgo.Record) {
 			id := ""
 			for _, h := range r.Headers {
@@ -108,23 +119,29 @@ http:
 			fmt.Fprintf(out, "  %s [p%d@%d] key=%s id=%s %s\n", r.Topic, r.Partition, r.Offset, r.Key, id, r.Value)
 			shown++
 			if o.Events > 0 && shown >= o.Events {
-				done = true
+				enough = true
 			}
 		})
-		if done {
-			break
-		}
-		select {
-		case err := <-runErr:
-			return fmt.Errorf("outboxd stopped: %w", err)
-		default:
-		}
 	}
 	cancel()
-	if err := <-runErr; err != nil {
-		return fmt.Errorf("outboxd: %w", err)
+	<-stopped
+	if err := stopOutcome(runErr, enough || parent.Err() != nil); err != nil {
+		return err
 	}
 	fmt.Fprintf(out, "shown %d events; outboxd stopped cleanly\n", shown)
+	return nil
+}
+
+// stopOutcome is the demo's verdict once outboxd's app.Run returned runErr; asked: the demo had
+// asked it to stop (its context ended, or enough events were shown). A nil return from a run
+// that was asked to stop is a clean stop; a nil return from one that was not is an error too.
+func stopOutcome(runErr error, asked bool) error {
+	switch {
+	case runErr != nil:
+		return fmt.Errorf("outboxd stopped: %w", runErr)
+	case !asked:
+		return errors.New("outboxd stopped: it returned while the demo was still running, without an error")
+	}
 	return nil
 }
 
