@@ -45,8 +45,8 @@ func TestDemoStopsCleanlyOnCancel(t *testing.T) {
 	if err := Run(ctx, w, Options{Interval: 50 * time.Millisecond}); err != nil {
 		t.Fatalf("demo after cancel: %v\n%s", err, w.String())
 	}
-	if out := w.String(); !strings.Contains(out, "outboxd stopped cleanly") || !w.saw {
-		t.Fatalf("demo output after cancel (saw an event: %v):\n%s", w.saw, out)
+	if out, saw := w.output(); !strings.Contains(out, "outboxd stopped cleanly") || !saw {
+		t.Fatalf("demo output after cancel (saw an event: %v):\n%s", saw, out)
 	}
 }
 
@@ -70,9 +70,16 @@ func (w *cancelOnEvent) Write(p []byte) (int, error) {
 }
 
 func (w *cancelOnEvent) String() string {
+	out, _ := w.output()
+	return out
+}
+
+// output is what was written and whether an event line was among it, read under the lock: the
+// demo's sample writer may still write after Run returned.
+func (w *cancelOnEvent) output() (string, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.buf.String()
+	return w.buf.String(), w.saw
 }
 
 func TestStopOutcome(t *testing.T) {
