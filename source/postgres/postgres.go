@@ -97,6 +97,8 @@ const (
 	defaultStandbyTimeout = 10 * time.Second
 	// confirmGap bounds how often a Confirm that advanced the position triggers a status update.
 	confirmGap = 100 * time.Millisecond
+	// clockReuse bounds how many loop turns in a row reuse one clock reading (stream.go).
+	clockReuse = 32
 	// idleGap bounds how often idle progress is handed out (capped at StandbyTimeout).
 	idleGap = time.Second
 )
