@@ -357,7 +357,7 @@ type republishMetrics struct {
 }
 
 func (m *republishMetrics) EventsRead(int) {}
-func (m *republishMetrics) Produced(topic string, _ time.Time) {
+func (m *republishMetrics) Produced(topic string, _, _ time.Time) {
 	m.mu.Lock()
 	m.sum.topic(topic).Rows++
 	m.sum.Delivered++

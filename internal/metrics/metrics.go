@@ -102,17 +102,16 @@ func (m *Metrics) SetOutboxRows(table string, n int64) {
 }
 
 func (m *Metrics) EventsRead(n int) { m.eventsRead.Add(float64(n)) }
-func (m *Metrics) Produced(topic string, commitTime time.Time) {
+func (m *Metrics) Produced(topic string, commitTime, ackedAt time.Time) {
 	c, ok := m.byTopic.Load(topic)
 	if !ok { // hashing label values on every record showed in profiles: cache per topic
 		c, _ = m.byTopic.LoadOrStore(topic, m.produced.WithLabelValues(topic))
 	}
 	c.(prometheus.Counter).Inc()
-	now := time.Now() // one clock read per record for both
 	if !commitTime.IsZero() {
-		m.commitToAck.Observe(now.Sub(commitTime).Seconds())
+		m.commitToAck.Observe(ackedAt.Sub(commitTime).Seconds())
 	}
-	m.lastProgress.Store(now.UnixNano())
+	m.lastProgress.Store(ackedAt.UnixNano())
 }
 func (m *Metrics) DeadLettered(reason string) { m.dlq.WithLabelValues(reason).Inc() }
 func (m *Metrics) Inflight(n int) {

@@ -89,9 +89,7 @@ func (r *eosRunner) execute(rd delivery.Ready) func(time.Time) {
 	if rd.Confirm != "" {
 		r.confirm(rd.Confirm)
 	}
-	for i := range rd.Events {
-		handleEvent(r.log, r.o.Metrics, &rd.Events[i])
-	}
+	handleEvents(r.log, r.o.Metrics, rd.Events)
 	return step
 }
 

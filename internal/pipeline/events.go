@@ -35,22 +35,30 @@ func deadLetterFunc(topic string, maxRecordBytes int) func(sink.Record, *source.
 	}
 }
 
-// handleEvent turns one core event into metrics and log lines.
-func handleEvent(log *slog.Logger, m Metrics, e *delivery.Event) {
-	switch e.Kind {
-	case delivery.EventProduced:
-		for n := max(e.Count, 1); n > 0; n-- {
-			m.Produced(e.Topic, e.Time)
+// handleEvents turns a Ready's core events into metrics and log lines. The acks of one Ready
+// arrived together: one clock reading stamps them all (read per record it showed in profiles).
+func handleEvents(log *slog.Logger, m Metrics, events []delivery.Event) {
+	var now time.Time
+	for i := range events {
+		e := &events[i]
+		switch e.Kind {
+		case delivery.EventProduced:
+			if now.IsZero() {
+				now = time.Now()
+			}
+			for n := max(e.Count, 1); n > 0; n-- {
+				m.Produced(e.Topic, e.Time, now)
+			}
+		case delivery.EventDeadLetter:
+			m.DeadLettered(e.Reason)
+			args := []any{"reason", e.Reason, "stage", e.Stage, "error", e.Msg, "topic", e.Topic, "table", e.Table, "position", string(e.Position), "id", e.RowID}
+			if e.After != "" {
+				args = append(args, "after", string(e.After))
+			}
+			log.Warn("dead-lettering record", args...)
+		case delivery.EventLog:
+			log.Log(context.Background(), e.Level, e.Msg, e.Args...)
 		}
-	case delivery.EventDeadLetter:
-		m.DeadLettered(e.Reason)
-		args := []any{"reason", e.Reason, "stage", e.Stage, "error", e.Msg, "topic", e.Topic, "table", e.Table, "position", string(e.Position), "id", e.RowID}
-		if e.After != "" {
-			args = append(args, "after", string(e.After))
-		}
-		log.Warn("dead-lettering record", args...)
-	case delivery.EventLog:
-		log.Log(context.Background(), e.Level, e.Msg, e.Args...)
 	}
 }
 

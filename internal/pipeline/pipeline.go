@@ -87,7 +87,9 @@ type Options struct {
 // Metrics receives pipeline events; every method must be cheap and non-blocking.
 type Metrics interface {
 	EventsRead(n int)
-	Produced(topic string, commitTime time.Time)
+	// Produced: a record of topic was acked at ackedAt (one reading for the records of one
+	// batch of acks); commitTime is its source commit time (zero: unknown).
+	Produced(topic string, commitTime, ackedAt time.Time)
 	DeadLettered(reason string)
 	Inflight(n int)
 	Committed(p source.Position)
@@ -95,11 +97,11 @@ type Metrics interface {
 
 type noMetrics struct{}
 
-func (noMetrics) EventsRead(int)             {}
-func (noMetrics) Produced(string, time.Time) {}
-func (noMetrics) DeadLettered(string)        {}
-func (noMetrics) Inflight(int)               {}
-func (noMetrics) Committed(source.Position)  {}
+func (noMetrics) EventsRead(int)                        {}
+func (noMetrics) Produced(string, time.Time, time.Time) {}
+func (noMetrics) DeadLettered(string)                   {}
+func (noMetrics) Inflight(int)                          {}
+func (noMetrics) Committed(source.Position)             {}
 
 // commitLogEvery is how often a stored position is logged at info level.
 const commitLogEvery = 30 * time.Second
@@ -417,9 +419,7 @@ func (r *runner) execute(saveCtx context.Context, rd *delivery.Ready) error {
 	if rd.Confirm != "" {
 		r.confirm(rd.Confirm)
 	}
-	for i := range rd.Events {
-		handleEvent(r.log, r.o.Metrics, &rd.Events[i])
-	}
+	handleEvents(r.log, r.o.Metrics, rd.Events)
 	if len(rd.Sends) > 0 || len(rd.Events) > 0 {
 		r.o.Metrics.Inflight(r.core.Inflight())
 	}
@@ -437,9 +437,7 @@ func (r *runner) fatal(rd *delivery.Ready) error {
 			break
 		}
 	}
-	for i := range rd.Events {
-		handleEvent(r.log, r.o.Metrics, &rd.Events[i])
-	}
+	handleEvents(r.log, r.o.Metrics, rd.Events)
 	return rd.Err
 }
 
