@@ -178,7 +178,10 @@ func (s *Source) emitHeartbeat(ctx context.Context, conn **pgx.Conn) error {
 }
 
 // noteChange records that a transaction with outbox rows was handed out.
-func (s *Source) noteChange() { s.ext.lastChange.Store(time.Now().UnixNano()) }
+func (s *Source) noteChange() { s.noteChangeAt(time.Now()) }
+
+// noteChangeAt is noteChange with the caller's clock reading (the stream loop's).
+func (s *Source) noteChangeAt(now time.Time) { s.ext.lastChange.Store(now.UnixNano()) }
 
 // pgMessage is a decoded pgoutput Message ('M', protocol version 1, not streamed).
 type pgMessage struct {

@@ -45,6 +45,7 @@ type stream struct {
 	// clockStale: the loop reads the clock again before its next decisions (see loop); set when
 	// time may have passed: a read that went to the socket, a wait, a lookup.
 	clockStale bool
+	now        time.Time // the loop's clock reading for this turn
 
 	idleCand pglogrepl.LSN // highest WAL end a keepalive reported
 	lastIdle time.Time     // when idle progress was last handed out
@@ -129,6 +130,7 @@ func (st *stream) loop(ctx context.Context) error {
 		// that much buffered work at most, and every deadline stays absolute.
 		if st.clockStale || reused >= clockReuse {
 			now, reused, st.clockStale = time.Now(), 0, false
+			st.now = now
 		}
 		reused++
 		if st.statusDue(now) {
@@ -369,7 +371,7 @@ func (st *stream) deliver(tx source.Tx) error {
 	if tx.More {
 		if !st.skipTx {
 			st.setOut(tx, d.commitLSN, true)
-			st.s.noteChange()
+			st.s.noteChangeAt(st.now)
 		}
 		return nil
 	}
@@ -392,7 +394,7 @@ func (st *stream) deliver(tx source.Tx) error {
 	}
 	st.setOut(tx, pos, st.txRows > 0)
 	if len(tx.Rows) > 0 {
-		st.s.noteChange()
+		st.s.noteChangeAt(st.now)
 	}
 	return nil
 }
