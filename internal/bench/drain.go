@@ -191,7 +191,11 @@ func drain(ctx context.Context, e *env, be Backend, scenario string, rowsPerTx i
 			detail = fmt.Sprintf("%s, %d events, backlog loaded at %.0f rows/s; %s", shape, b.Rows,
 				float64(b.Rows)/b.LoadTime.Seconds(), detail)
 		case k >= len(refs):
-			detail = "default config (snappy, max_inflight 4096, adaptive linger), until Kafka holds every record (all acked); " +
+			cfg := "default config (snappy, max_inflight 4096, adaptive linger)"
+			if len(o.KafkaExtra) > 0 {
+				cfg = "default config but kafka " + strings.Join(o.KafkaExtra, "; ")
+			}
+			detail = cfg + ", until Kafka holds every record (all acked); " +
 				"the stored position covered the last row " + fmtFloats(storedLag[k], "%.0f") + " ms later (offsets.commit_interval 100ms); " + detail
 			if dups[k] > 0 {
 				detail += fmt.Sprintf("; %d duplicate records in Kafka", dups[k])
