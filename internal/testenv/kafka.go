@@ -1,8 +1,10 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -21,13 +23,21 @@ type Broker struct {
 
 // StartBroker starts a single-node broker on a free port with auto topic creation
 // (3 partitions per new topic). Extra kfake options are appended.
+//
+// A port taken between FreePort and the bind (by a process outside FreePort's reservations) is
+// retried on a fresh port, up to three times; a restart (Start) keeps its port.
 func StartBroker(opts ...kfake.Opt) (*Broker, error) {
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
+	for attempt := 1; ; attempt++ {
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		b := &Broker{Port: port, Opts: opts}
+		err = b.Start()
+		if err == nil || attempt == 3 || !errors.Is(err, syscall.EADDRINUSE) {
+			return b, err
+		}
 	}
-	b := &Broker{Port: port, Opts: opts}
-	return b, b.Start()
 }
 
 // Start (re)starts the broker on its port.
