@@ -301,8 +301,7 @@ func TestMessagesPreflight(t *testing.T) {
 	if ok, reason, fix := line(dsn); !ok || !strings.Contains(reason, "pg_logical_emit_message(boolean,text,text)") {
 		t.Errorf("superuser: ok %v %q %q", ok, reason, fix)
 	}
-	exec(t, conn, `CREATE ROLE msgwriter LOGIN REPLICATION PASSWORD 'pw'`)
-	exec(t, conn, `GRANT SELECT ON ALL TABLES IN SCHEMA public TO msgwriter`)
+	testRole(t, "msgcheck", "msgwriter", "LOGIN REPLICATION PASSWORD 'pw'", `GRANT SELECT ON ALL TABLES IN SCHEMA public TO msgwriter`)
 	exec(t, conn, `REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) FROM PUBLIC`)
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {

@@ -52,6 +52,12 @@ func testDB(t *testing.T, name string) (string, *pgx.Conn) {
 	if err := pgShared.Exec(ctx, name, testenv.OutboxDDL, `CREATE TABLE public.other (id bigserial PRIMARY KEY, note text)`); err != nil {
 		t.Fatal(err)
 	}
+	// Dropped at the end (after its slots, below) so that -count=N can create it again.
+	t.Cleanup(func() {
+		if err := pgShared.Exec(context.Background(), "postgres", "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
 	// The package shares one server with max_replication_slots=20 (testenv) and every test
 	// makes at least one slot: drop this database's slots once the test is done (this cleanup
 	// runs after the test's own, which close its sources), so later tests find a free one.
