@@ -94,13 +94,18 @@ http:
 		runErr = app.Run(ctx, cfg, log)
 	}()
 
-	go writer(ctx, pg.DSN("app"), o.Interval, out)
+	wrote := make(chan struct{}) // the writer is done with out and with the database
+	go func() {
+		defer close(wrote)
+		writer(ctx, pg.DSN("app"), o.Interval, out)
+	}()
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(broker.Addr()), kgo.ConsumeRegex(), kgo.ConsumeTopics(`outbox\.event\..*`),
 		kgo.MetadataMinAge(250*time.Millisecond), kgo.MetadataMaxAge(time.Second), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		cancel()
 		<-stopped
+		<-wrote
 		return err
 	}
 	defer cl.Close()
@@ -125,6 +130,7 @@ http:
 	}
 	cancel()
 	<-stopped
+	<-wrote
 	if err := stopOutcome(runErr, enough || parent.Err() != nil); err != nil {
 		return err
 	}
@@ -164,12 +170,15 @@ func writer(ctx context.Context, dsn string, interval time.Duration, out io.Writ
 		}
 		tx, err := conn.Begin(ctx)
 		if err != nil {
+			if ctx.Err() == nil {
+				fmt.Fprintf(out, "writer stopped: %v\n", err)
+			}
 			return
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
 			VALUES (gen_random_uuid(), 'order', $1, 'OrderCreated', jsonb_build_object('order', $2::int, 'total', $3::numeric))`,
 			fmt.Sprintf("order-%d", n%5), n, float64(n)*9.5)
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			fmt.Fprintf(out, "writer: %v\n", err)
 		}
 		if n%3 == 0 {
